@@ -1,0 +1,46 @@
+// config.hpp — how a channel is shaped (producer side) and how a reader reads it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace ipcring {
+
+enum class Backend : std::uint32_t { host = 1, cuda = 2 };
+
+struct ChannelConfig {
+  std::uint32_t slots = 8;          // frame buffers in the pool, 1..1024
+  std::uint32_t max_readers = 8;    // reader entries, 1..32
+  std::uint32_t max_held = 1;       // frames one reader may hold at once, 1..64
+  std::size_t frame_bytes = 0;      // capacity of each frame buffer, > 0
+  Backend backend = Backend::host;
+  int cuda_device = 0;              // CUDA ordinal in the producer's process
+  unsigned mode = 0600;             // permission bits of the segments (set with fchmod)
+  // Dead readers are reaped when a loan finds no free slot and at least this often while the
+  // producer loans frames.
+  std::chrono::nanoseconds reap_period = std::chrono::milliseconds(100);
+
+  // The sizing rule: with slots >= max_readers * max_held + 2, loan() never fails, whatever the
+  // readers do.
+  bool loan_never_fails() const noexcept {
+    return std::uint64_t{slots} >= std::uint64_t{max_readers} * max_held + 2;
+  }
+};
+
+enum class ReadPolicy : std::uint32_t {
+  latest = 0,      // each read returns the newest frame not yet read; older ones are skipped
+  sequential = 1,  // each read returns the next frame in order; frames lost to the producer
+                   // lapping this reader are counted as overruns
+};
+
+struct ReaderOptions {
+  ReadPolicy policy = ReadPolicy::latest;
+  // read(timeout) spins this long polling for a frame before it sleeps on the futex.
+  std::chrono::nanoseconds spin = std::chrono::microseconds(0);
+  // While sleeping, the producer's lease is probed this often, so a dead producer is reported as
+  // Status::producer_gone within about this time.
+  std::chrono::nanoseconds producer_probe = std::chrono::milliseconds(100);
+};
+
+}  // namespace ipcring

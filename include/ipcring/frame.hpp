@@ -1,0 +1,117 @@
+// frame.hpp — Loan (a slot the producer is filling) and Frame (a slot a reader holds).
+// Both are move-only RAII views of a buffer in the channel's frame pool: nothing is copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "ipcring/result.hpp"
+
+struct CUstream_st;  // cudaStream_t without including CUDA headers
+
+namespace ipcring {
+
+namespace detail {
+class ProducerCore;
+class ReaderCore;
+}  // namespace detail
+
+using CudaStream = CUstream_st*;
+
+inline constexpr std::size_t kMaxMetadataBytes = 64;
+
+// A slot the producer owns for writing. Obtained from Producer::loan(), consumed by
+// Producer::publish(). Dropping a Loan without publishing returns its slot to the pool.
+class Loan {
+ public:
+  Loan() = default;
+  Loan(Loan&& other) noexcept;
+  Loan& operator=(Loan&& other) noexcept;
+  Loan(const Loan&) = delete;
+  Loan& operator=(const Loan&) = delete;
+  ~Loan();
+
+  // Host backend: a pointer into shared memory. CUDA backend: a device pointer.
+  std::byte* data() const noexcept { return data_; }
+  std::size_t capacity() const noexcept { return capacity_; }
+  // The sequence number that publish() will give this frame.
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  std::uint32_t slot() const noexcept { return slot_; }
+  bool valid() const noexcept { return core_ != nullptr; }
+
+  // Up to kMaxMetadataBytes of user metadata (shape, format, sensor id ...) published with the
+  // frame. Returns false when `bytes` is too long (nothing is written then).
+  bool set_metadata(std::span<const std::byte> bytes) noexcept;
+
+ private:
+  friend class Producer;
+  friend class detail::ProducerCore;
+  void reset() noexcept;
+
+  std::shared_ptr<detail::ProducerCore> core_;
+  std::byte* data_ = nullptr;
+  std::size_t capacity_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::uint32_t slot_ = 0;
+};
+
+// A published frame held by one reader. While it is held, the producer cannot reuse its buffer.
+// release() (or the destructor) gives it back; release is idempotent. A Frame may be released from
+// any thread, and may outlive the Reader object that read it (the reader entry stays leased until
+// its last frame is released).
+class Frame {
+ public:
+  Frame() = default;
+  Frame(Frame&& other) noexcept;
+  Frame& operator=(Frame&& other) noexcept;
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+  ~Frame();
+
+  // Host backend: a read-only mapping of the producer's buffer. CUDA backend: a device pointer
+  // (wait_on() a stream before reading it there).
+  const std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  std::uint64_t epoch() const noexcept { return epoch_; }
+  std::uint64_t timestamp_ns() const noexcept { return timestamp_ns_; }  // CLOCK_MONOTONIC
+  std::uint32_t slot() const noexcept { return slot_; }
+  // Frames this reader skipped between the previous frame it read and this one (sequential policy:
+  // frames lost to overruns; latest policy: older frames deliberately skipped).
+  std::uint64_t skipped() const noexcept { return skipped_; }
+  std::span<const std::byte> metadata() const noexcept {
+    return {reinterpret_cast<const std::byte*>(metadata_), metadata_bytes_};
+  }
+  bool held() const noexcept { return core_ != nullptr; }
+
+  // Gives the frame back. Idempotent.
+  void release() noexcept;
+
+  // CUDA backend: make `stream` wait (on the GPU) until the producer's writes to this frame are
+  // done; release(stream) records this reader's fence on `stream` so the producer reuses the buffer
+  // only after the reader's queued kernels finished. Both are no-ops on the host backend.
+  Status wait_on(CudaStream stream) noexcept;
+  void release(CudaStream stream) noexcept;
+
+ private:
+  friend class Reader;
+  friend class detail::ReaderCore;
+  void reset() noexcept;
+
+  std::shared_ptr<detail::ReaderCore> core_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t timestamp_ns_ = 0;
+  std::uint64_t generation_ = 0;  // slot generation of the claim
+  std::uint64_t skipped_ = 0;
+  std::uint64_t acquired_ns_ = 0;
+  std::uint32_t slot_ = 0;
+  std::uint32_t metadata_bytes_ = 0;
+  alignas(8) unsigned char metadata_[kMaxMetadataBytes] = {};
+};
+
+}  // namespace ipcring

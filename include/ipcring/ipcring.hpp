@@ -1,0 +1,11 @@
+// ipcring.hpp — the whole public API.
+#pragma once
+
+#include "ipcring/config.hpp"
+#include "ipcring/error.hpp"
+#include "ipcring/frame.hpp"
+#include "ipcring/inspect.hpp"
+#include "ipcring/producer.hpp"
+#include "ipcring/reader.hpp"
+#include "ipcring/result.hpp"
+#include "ipcring/version.hpp"

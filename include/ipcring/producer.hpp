@@ -1,0 +1,69 @@
+// producer.hpp — the one writer of a channel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "ipcring/config.hpp"
+#include "ipcring/frame.hpp"
+#include "ipcring/result.hpp"
+
+namespace ipcring {
+
+namespace detail {
+class ProducerCore;
+}
+
+// Producer: creates (or takes over) a channel and publishes frames into it. Move-only. One
+// Producer object must be used by one thread at a time; loan/publish/reap are not thread-safe
+// against each other.
+//
+// Takeover: when the channel exists and its previous producer is dead, create() takes it over
+// automatically and starts a new epoch; attached readers keep their leases and read on. A live
+// producer makes create() throw Errc::producer_exists naming its pid.
+//
+// Destruction (a clean exit) marks the channel closed, wakes the readers (they get
+// Status::producer_gone) and unlinks the channel's shared-memory objects; processes that still
+// map them keep their mappings until they detach.
+class Producer {
+ public:
+  static Producer create(std::string_view name, const ChannelConfig& config);  // throws Error
+
+  Producer(Producer&&) noexcept;
+  Producer& operator=(Producer&&) noexcept;
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+  ~Producer();
+
+  // Claims a free slot for writing. Non-blocking: Status::no_free_slot when every slot is held
+  // (cannot happen when config.loan_never_fails()), Status::loan_outstanding when a loan is
+  // already out. Reaps dead readers first when no slot is free, and periodically.
+  Result<Loan> loan() noexcept;
+  // Like loan(), retrying (reaping between tries) until `timeout` runs out.
+  Result<Loan> loan(std::chrono::nanoseconds timeout) noexcept;
+
+  // Publishes the loan's first `bytes` bytes and returns the frame's sequence number. Makes no
+  // system call unless a reader sleeps in read(). Throws Error(Errc::invalid_argument) only for a
+  // caller error (a loan of another producer or already published, bytes > capacity), and
+  // Error(Errc::forked) in a forked child; the loan is left untouched then.
+  std::uint64_t publish(Loan&& loan, std::size_t bytes);
+  // CUDA backend: records the slot's write-done event on `stream` (the stream that wrote the
+  // frame) before publishing. Same as publish(loan, bytes) on the host backend.
+  std::uint64_t publish(Loan&& loan, std::size_t bytes, CudaStream stream);
+
+  // Probes every reader lease; clears the bits and frees the entries of dead readers. Returns how
+  // many were reaped.
+  std::size_t reap_dead_readers() noexcept;
+
+  std::string_view name() const noexcept;
+  std::uint64_t epoch() const noexcept;
+  const ChannelConfig& config() const noexcept;
+
+ private:
+  explicit Producer(std::shared_ptr<detail::ProducerCore> core) noexcept;
+  std::shared_ptr<detail::ProducerCore> core_;
+};
+
+}  // namespace ipcring

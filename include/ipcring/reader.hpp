@@ -1,0 +1,55 @@
+// reader.hpp — a consumer of a channel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "ipcring/config.hpp"
+#include "ipcring/frame.hpp"
+#include "ipcring/result.hpp"
+
+namespace ipcring {
+
+namespace detail {
+class ReaderCore;
+}
+
+// Reader: takes one entry of the channel's reader table (a lease held by a library thread, so it
+// survives the thread that called attach) and reads frames. Move-only. One Reader must be used by
+// one thread at a time; the Frames it returns may be released from any thread.
+class Reader {
+ public:
+  static Reader attach(std::string_view name, ReaderOptions options = {});  // throws Error
+
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  ~Reader();
+
+  // Non-blocking. Status::no_frame when nothing newer than the last frame read was published;
+  // Status::max_held when this reader already holds max_held frames; Status::producer_gone once
+  // per producer epoch that ended (the producer closed, or a new producer took over);
+  // Status::evicted when this reader's lease was taken away (it must attach again).
+  Result<Frame> try_read() noexcept;
+  // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
+  // Status::timeout when `timeout` runs out, Status::producer_gone when the producer is found dead
+  // or closed while waiting (probed every options.producer_probe).
+  Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
+
+  std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
+  std::uint32_t held() const noexcept;      // frames currently held
+  std::uint64_t overruns() const noexcept;  // sequential policy: frames lost so far
+  std::uint64_t epoch() const noexcept;     // producer epoch last seen
+  std::string_view name() const noexcept;
+  std::size_t frame_bytes() const noexcept;
+  std::uint32_t max_held() const noexcept;
+
+ private:
+  explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;
+  std::shared_ptr<detail::ReaderCore> core_;
+};
+
+}  // namespace ipcring

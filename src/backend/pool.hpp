@@ -1,0 +1,82 @@
+// pool.hpp — the narrow interface between the ring protocol and a frame pool (host or CUDA).
+//
+// The ring decides which slot a loan or a frame uses; the pool turns a slot into a buffer and
+// carries the backend's ordering (CUDA events). Hot-path members are noexcept and must not
+// allocate, lock or make a system call (CUDA API calls excepted: they are the backend's work).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ipcring/config.hpp"
+#include "ipcring/frame.hpp"
+#include "ipcring/result.hpp"
+#include "segment/layout.hpp"
+
+namespace ipcring::detail {
+
+// Producer side: owns the frame buffers of one channel.
+class ProducerPool {
+ public:
+  virtual ~ProducerPool() = default;
+  // Buffer of `slot` for writing (host pointer or device pointer).
+  virtual std::byte* buffer(std::uint32_t slot) noexcept = 0;
+  // Called after the slot was claimed for writing and before the loan is handed out. CUDA: make
+  // the producer's work wait on the release fences of the readers that last held the slot.
+  virtual Status prepare_write(std::uint32_t slot) noexcept {
+    (void)slot;
+    return Status::ok;
+  }
+  // Called after the payload is written and before the slot is published. CUDA: record the
+  // slot's write-done event on `stream`.
+  virtual Status before_publish(std::uint32_t slot, CudaStream stream) noexcept {
+    (void)slot;
+    (void)stream;
+    return Status::ok;
+  }
+  // A reader entry was reaped (its process died): forget fences it will never record.
+  virtual void reader_reaped(std::uint32_t reader) noexcept { (void)reader; }
+};
+
+// Reader side: maps buffers of one channel lazily.
+class ReaderPool {
+ public:
+  virtual ~ReaderPool() = default;
+  // Buffer of `slot` as published in `epoch` by producer instance `producer_instance`; nullptr
+  // when it cannot be mapped (the caller releases the slot and reports Status::backend_error).
+  virtual const std::byte* buffer(std::uint32_t slot, std::uint64_t epoch,
+                                  std::uint64_t producer_instance) noexcept = 0;
+  // CUDA: make `stream` wait on the slot's write-done event.
+  virtual Status wait_on(std::uint32_t slot, CudaStream stream) noexcept {
+    (void)slot;
+    (void)stream;
+    return Status::ok;
+  }
+  // CUDA: record this reader's release fence for `slot` on `stream` (nullptr: synchronise the CPU
+  // with the reader's work first, then record on the legacy stream).
+  virtual void release_fence(std::uint32_t slot, std::uint32_t reader, CudaStream stream) noexcept {
+    (void)slot;
+    (void)reader;
+    (void)stream;
+  }
+};
+
+// Factories. `view` is the validated control segment; `name` the channel name (for messages and
+// the frames object's name). They throw Error on failure.
+struct PoolRequest {
+  std::string name;
+  SegmentView view;
+  unsigned mode = 0600;
+  int cuda_device = 0;
+  bool create = false;  // producer: create the frames object, else open the existing one
+};
+std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
+std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);
+std::unique_ptr<ProducerPool> make_cuda_producer_pool(const PoolRequest& request);
+std::unique_ptr<ReaderPool> make_cuda_reader_pool(const PoolRequest& request);
+// Removes the frames object of a channel (host backend); no error when absent.
+void remove_host_frames(const std::string& name) noexcept;
+
+}  // namespace ipcring::detail

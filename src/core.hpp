@@ -1,0 +1,101 @@
+// core.hpp — the process-side state behind Producer, Reader, Loan and Frame.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/pool.hpp"
+#include "ipcring/config.hpp"
+#include "ipcring/frame.hpp"
+#include "ipcring/result.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
+
+namespace ipcring::detail {
+
+// Probes every reader lease of a segment and reaps the dead ones (R6 + lease cleanup). Used by the
+// producer, by attach when the table is full, and by ringdump reap. `pool` may be null.
+std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept;
+
+// Takes entry `index` for a new owner after the lease mutex was acquired: clears bits a dead
+// previous owner left, then marks it active under a new generation. Returns the new generation.
+std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
+                                std::uint64_t instance_id, ReadPolicy policy);
+
+class ProducerCore {
+ public:
+  ProducerCore() = default;
+  ~ProducerCore();
+  ProducerCore(const ProducerCore&) = delete;
+  ProducerCore& operator=(const ProducerCore&) = delete;
+
+  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self) noexcept;
+  std::uint64_t publish(Loan& loan, std::size_t bytes, CudaStream stream);
+  void drop(Loan& loan) noexcept;
+  std::size_t reap() noexcept;
+  bool forked() const noexcept;
+  bool set_metadata(std::uint32_t slot, const void* bytes, std::size_t size) noexcept;
+
+  std::string name;
+  ChannelConfig config;
+  std::shared_ptr<Mapping> mapping;
+  SegmentView view;
+  std::unique_ptr<ProducerPool> pool;
+  std::uint64_t epoch = 0;
+  std::uint64_t instance_id = 0;
+  std::uint64_t next_sequence = 1;
+  std::uint64_t fork_gen = 0;
+  std::uint64_t last_reap_ns = 0;
+  std::uint64_t reap_period_ns = 0;
+  std::uint64_t published = 0;
+  std::uint64_t loan_failures = 0;
+  std::uint64_t readers_reaped = 0;
+  std::uint32_t cursor = 0;           // last slot claimed
+  std::uint32_t newest_slot = UINT32_MAX;  // slot of the newest published frame
+  bool loan_out = false;
+  bool holds_lease = false;
+
+ private:
+  std::uint32_t find_free(bool allow_newest) noexcept;
+};
+
+class ReaderCore {
+ public:
+  ReaderCore() = default;
+  ~ReaderCore();
+  ReaderCore(const ReaderCore&) = delete;
+  ReaderCore& operator=(const ReaderCore&) = delete;
+
+  Result<Frame> try_read(const std::shared_ptr<ReaderCore>& self) noexcept;
+  Result<Frame> read(const std::shared_ptr<ReaderCore>& self, std::uint64_t timeout_ns) noexcept;
+  void release(Frame& frame, CudaStream stream) noexcept;
+  bool evicted() const noexcept;
+  bool forked() const noexcept;
+  // Producer liveness for a waiting reader: false when dead or closed.
+  bool producer_alive() noexcept;
+
+  std::string name;
+  ReaderOptions options;
+  std::shared_ptr<Mapping> mapping;
+  SegmentView view;
+  std::unique_ptr<ReaderPool> pool;
+  std::uint32_t index = 0;
+  std::uint64_t bit = 0;
+  std::uint64_t entry_generation = 0;
+  std::uint64_t instance_id = 0;
+  std::uint64_t last_sequence = 0;  // newest sequence read (0: none yet)
+  std::uint64_t epoch = 0;          // producer epoch last seen
+  bool closed_reported = false;
+  std::uint64_t overruns = 0;
+  std::uint64_t fork_gen = 0;
+  std::atomic<std::uint32_t> held{0};
+  bool holds_lease = false;
+
+ private:
+  Result<Frame> claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
+                      bool& lost) noexcept;
+};
+
+}  // namespace ipcring::detail

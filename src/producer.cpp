@@ -1,0 +1,534 @@
+// producer.cpp — Producer: create or take over a channel, loan, publish, reap, close.
+//
+// Concurrency: a Producer is used by one thread at a time. It shares the segment with readers in
+// other processes through the atomics of ring.hpp (P1-P6) and the leases of lease.hpp. The
+// producer lease (the header's robust mutex) is held by this process's lease keeper thread from
+// create until the Producer is destroyed; a second producer finds it busy.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "core.hpp"
+#include "ipcring/error.hpp"
+#include "ipcring/inspect.hpp"
+#include "ipcring/producer.hpp"
+#include "lease/lease.hpp"
+#include "ring/ring.hpp"
+#include "wait/futex.hpp"
+
+namespace ipcring {
+
+namespace detail {
+
+namespace {
+
+std::string channel_prefix(std::string_view name) {
+  return "ipcring: channel '" + std::string(name) + "': ";
+}
+
+void check_config(std::string_view name, const ChannelConfig& c) {
+  const std::string ch = channel_prefix(name);
+  auto bad = [&](const std::string& what) { throw Error(Errc::invalid_config, ch + what); };
+  if (c.slots < 1 || c.slots > kMaxSlots) {
+    bad("slots = " + std::to_string(c.slots) + "; must be 1.." + std::to_string(kMaxSlots));
+  }
+  if (c.max_readers < 1 || c.max_readers > kMaxReaders) {
+    bad("max_readers = " + std::to_string(c.max_readers) + "; must be 1.." +
+        std::to_string(kMaxReaders));
+  }
+  if (c.max_held < 1 || c.max_held > kMaxHeld) {
+    bad("max_held = " + std::to_string(c.max_held) + "; must be 1.." + std::to_string(kMaxHeld));
+  }
+  if (c.frame_bytes < 1 || c.frame_bytes > kMaxFrameBytes) {
+    bad("frame_bytes = " + std::to_string(c.frame_bytes) + "; must be 1.." +
+        std::to_string(kMaxFrameBytes));
+  }
+  if (c.backend != Backend::host && c.backend != Backend::cuda) {
+    bad("backend = " + std::to_string(static_cast<unsigned>(c.backend)) + " is unknown");
+  }
+  if ((c.mode & ~0777U) != 0 || (c.mode & 0600) != 0600 || (c.mode & 0002) != 0) {
+    char m[16];
+    std::snprintf(m, sizeof m, "0%o", c.mode);
+    bad(std::string("mode = ") + m +
+        "; must include owner read/write (0600) and must not be world-writable");
+  }
+  if (c.reap_period.count() <= 0) bad("reap_period must be positive");
+  if (c.backend == Backend::host && c.frame_bytes * c.slots / c.slots != c.frame_bytes) {
+    bad("slots * frame_bytes overflows");
+  }
+}
+
+void init_segment(const SegmentView& view) {
+  ProducerBlock& p = view.producer();
+  if (int rc = init_robust_mutex(p.lease); rc != 0) {
+    throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(strerror(rc)));
+  }
+  p.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
+  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+    ReaderEntry& e = view.reader(i);
+    if (int rc = init_robust_mutex(e.lease); rc != 0) {
+      throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(strerror(rc)));
+    }
+    e.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
+  }
+  // Everything else is zero: ftruncate of a new object gives zeroed pages, and zero is the empty
+  // state of every slot (generation 0, not W, mask 0, sequence 0) and log entry.
+}
+
+// Resets what a dead producer may have left mid-operation. Called with the producer lease held.
+void recover_after_producer_death(const SegmentView& view) {
+  for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
+    Slot& slot = view.slot(i);
+    std::uint64_t s = slot.state.load(std::memory_order_relaxed);
+    if (SlotWord::writing(s)) {
+      // A loan of the dead producer: no reader can hold a W slot, so nobody reads it.
+      slot.sequence.store(0, std::memory_order_relaxed);
+      slot.state.store(SlotWord::make(SlotWord::generation(s) + 1, false, 0),
+                       std::memory_order_release);
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept {
+  std::size_t reaped = 0;
+  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+    ReaderEntry& e = view.reader(i);
+    // Only active entries can be dead; free ones are skipped without touching their mutex.
+    if (LeaseWord::state(e.lease_word.load(std::memory_order_acquire)) !=
+        static_cast<std::uint8_t>(LeaseState::active)) {
+      continue;
+    }
+    const TakeResult r = probe_trylock(e.lease);
+    if (r == TakeResult::busy || r == TakeResult::error) continue;  // alive (or a prober)
+    if (r == TakeResult::unrecoverable) continue;  // re-initialised; probed again next round
+    // We hold the mutex. Re-read the lease word under it: an owner that detached in between left
+    // it free; one that died (owner_died) or vanished without detaching (taken on an active word)
+    // is dead.
+    const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
+    if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
+      clear_reader_bits(view, i);  // (R6)
+      if (pool != nullptr) pool->reader_reaped(i);
+      e.held.store(0, std::memory_order_relaxed);
+      e.instance_id.store(0, std::memory_order_relaxed);
+      // (L3) release: the cleared bits are visible before the entry reads as free.
+      e.lease_word.store(LeaseWord::make(LeaseWord::generation(w) + 1, LeaseState::free),
+                         std::memory_order_release);
+      ++reaped;
+    }
+    probe_unlock(e.lease);
+  }
+  return reaped;
+}
+
+std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
+                                std::uint64_t instance_id, ReadPolicy policy) {
+  ReaderEntry& e = view.reader(index);
+  const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
+  if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
+    // The previous owner died (or vanished) without detaching: its bits are ours to clear.
+    clear_reader_bits(view, index);
+  }
+  const std::uint64_t gen = LeaseWord::generation(w) + 1;
+  e.instance_id.store(instance_id, std::memory_order_relaxed);
+  e.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+  e.policy.store(static_cast<std::uint32_t>(policy), std::memory_order_relaxed);
+  e.attached_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  e.frames_read.store(0, std::memory_order_relaxed);
+  e.overruns.store(0, std::memory_order_relaxed);
+  e.last_sequence.store(0, std::memory_order_relaxed);
+  e.last_read_ns.store(0, std::memory_order_relaxed);
+  e.held.store(0, std::memory_order_relaxed);
+  for (auto& b : e.hold_histogram) b.store(0, std::memory_order_relaxed);
+  // (L1) release: identity and telemetry reset are visible before the entry reads as active.
+  e.lease_word.store(LeaseWord::make(gen, LeaseState::active), std::memory_order_release);
+  return gen;
+}
+
+bool ProducerCore::forked() const noexcept { return fork_gen != fork_generation(); }
+
+std::uint32_t ProducerCore::find_free(bool allow_newest) noexcept {
+  // Round-robin from the slot after the last one claimed: the oldest frames go first, and the
+  // newest frame stays readable for latest-policy readers as long as another slot is free.
+  const std::uint32_t n = view.geo.slots;
+  for (std::uint32_t k = 1; k <= n; ++k) {
+    const std::uint32_t i = (cursor + k) % n;
+    if (i == newest_slot && !allow_newest) continue;
+    if (claim_for_write(view.slot(i))) return i;  // (P1)
+  }
+  return UINT32_MAX;
+}
+
+Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self) noexcept {
+  if (forked()) return Status::forked;
+  if (loan_out) return Status::loan_outstanding;
+  const std::uint64_t now = monotonic_ns();
+  if (now - last_reap_ns >= reap_period_ns) {
+    reap();  // bounded period: probes are user-space trylocks on live readers
+    last_reap_ns = now;
+  }
+  std::uint32_t i = find_free(false);
+  if (i == UINT32_MAX) {
+    reap();
+    last_reap_ns = monotonic_ns();
+    i = find_free(false);
+    if (i == UINT32_MAX) i = find_free(true);
+  }
+  ProducerBlock& p = view.producer();
+  if (i == UINT32_MAX) {
+    ++loan_failures;
+    p.loan_failures.store(loan_failures, std::memory_order_relaxed);
+    return Status::no_free_slot;
+  }
+  cursor = i;
+  Slot& slot = view.slot(i);
+  // The slot is ours (W): nobody reads the descriptor until we publish. Zero the sequence so a
+  // dropped loan leaves an empty slot.
+  slot.sequence.store(0, std::memory_order_relaxed);
+  slot.metadata_bytes.store(0, std::memory_order_relaxed);
+  if (newest_slot == i) newest_slot = UINT32_MAX;
+  if (const Status st = pool->prepare_write(i); st != Status::ok) {
+    unclaim(slot);
+    return st;
+  }
+  Loan l;
+  l.core_ = self;
+  l.data_ = pool->buffer(i);
+  l.capacity_ = config.frame_bytes;
+  l.sequence_ = next_sequence;
+  l.slot_ = i;
+  loan_out = true;
+  return Result<Loan>(std::move(l));
+}
+
+bool ProducerCore::set_metadata(std::uint32_t slot_index, const void* bytes,
+                                std::size_t size) noexcept {
+  if (size > kMetadataBytes) return false;
+  Slot& slot = view.slot(slot_index);
+  std::uint64_t words[kMetadataBytes / 8] = {};
+  std::memcpy(words, bytes, size);
+  for (std::size_t w = 0; w < kMetadataBytes / 8; ++w) {
+    slot.metadata[w].store(words[w], std::memory_order_relaxed);  // ordered by (P2)
+  }
+  slot.metadata_bytes.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream stream) {
+  if (forked()) {
+    throw Error(Errc::forked, channel_prefix(name) +
+                                  "publish() in a child process: this Producer belongs to the "
+                                  "process that created it");
+  }
+  if (bytes > l.capacity_) {
+    throw Error(Errc::invalid_argument, channel_prefix(name) + "publish of " +
+                                            std::to_string(bytes) +
+                                            " bytes exceeds the frame capacity of " +
+                                            std::to_string(l.capacity_) + " bytes");
+  }
+  const std::uint32_t i = l.slot_;
+  if (const Status st = pool->before_publish(i, stream); st != Status::ok) {
+    throw Error(Errc::cuda_error, channel_prefix(name) + "recording the write-done event of slot " +
+                                      std::to_string(i) + " failed: " + to_string(st));
+  }
+  const std::uint64_t seq = next_sequence++;
+  Slot& slot = view.slot(i);
+  // Descriptor: relaxed stores, made visible by the release store (P2) that follows.
+  slot.sequence.store(seq, std::memory_order_relaxed);
+  slot.epoch.store(epoch, std::memory_order_relaxed);
+  slot.bytes.store(bytes, std::memory_order_relaxed);
+  const std::uint64_t now = monotonic_ns();
+  slot.timestamp_ns.store(now, std::memory_order_relaxed);
+  slot.buffer_index.store(i, std::memory_order_relaxed);
+  publish_slot(slot);  // (P2) release, pairs with (R3)
+  ProducerBlock& p = view.producer();
+  // (P3) release, pairs with (R2): a reader that finds this log entry finds the slot published.
+  view.log(seq).store(LogWord::make(seq, i), std::memory_order_release);
+  // (P4) release, pairs with (R1): a reader that sees head = seq finds the log entry (P3).
+  p.head.store(seq, std::memory_order_release);
+  ++published;
+  p.published.store(published, std::memory_order_relaxed);  // telemetry; only we write it
+  p.last_publish_ns.store(now, std::memory_order_relaxed);
+  // (P5) seq_cst RMW, then (P6) seq_cst load: with the reader's (W1) seq_cst increment of
+  // `waiters` before its (W2) load of `wake`, either the reader sees the new wake value (and does
+  // not sleep) or we see waiters > 0 (and wake it). No system call when nobody sleeps.
+  p.wake.fetch_add(1, std::memory_order_seq_cst);
+  if (p.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(p.wake);
+  newest_slot = i;
+  loan_out = false;
+  l.reset();
+  return seq;
+}
+
+void ProducerCore::drop(Loan& l) noexcept {
+  if (!forked()) unclaim(view.slot(l.slot_));
+  loan_out = false;
+}
+
+std::size_t ProducerCore::reap() noexcept {
+  if (forked()) return 0;
+  const std::size_t n = reap_dead_readers(view, pool.get());
+  if (n != 0) {
+    readers_reaped += n;
+    view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+ProducerCore::~ProducerCore() {
+  if (forked() || !holds_lease) return;  // a forked child owns nothing of the channel
+  ProducerBlock& p = view.producer();
+  pool.reset();
+  // Clean exit: mark the epoch closed and wake sleepers, so readers report producer_gone.
+  p.lease_word.store(LeaseWord::make(epoch, LeaseState::closed), std::memory_order_release);
+  p.wake.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(p.wake);
+  // Remove the channel's names unless they were replaced (ringdump rm --force and a new
+  // producer): processes that still map the segments keep them until they detach.
+  if (still_named(name, mapping->device(), mapping->inode())) unlink_channel_objects(name);
+  keeper_unlock(p.lease);
+}
+
+}  // namespace detail
+
+// ---- public API ------------------------------------------------------------------------------
+
+Producer::Producer(std::shared_ptr<detail::ProducerCore> core) noexcept : core_(std::move(core)) {}
+Producer::Producer(Producer&&) noexcept = default;
+Producer& Producer::operator=(Producer&&) noexcept = default;
+Producer::~Producer() = default;
+
+Producer Producer::create(std::string_view name, const ChannelConfig& config) {
+  using namespace detail;
+  validate_name(name);
+  check_config(name, config);
+  self_test_robust_mutexes();
+  const std::string ch = channel_prefix(name);
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const Geometry geo = compute_geometry(config.slots, config.max_readers, config.max_held,
+                                        config.frame_bytes,
+                                        static_cast<std::uint32_t>(config.backend), page);
+  auto core = std::make_shared<ProducerCore>();
+  core->name = std::string(name);
+  core->config = config;
+  core->instance_id = random_instance_id();
+  core->fork_gen = fork_generation();
+  core->reap_period_ns = static_cast<std::uint64_t>(config.reap_period.count());
+
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (auto mapping = create_segment(name, geo, config.mode)) {
+      // A new channel. Nobody can open it until publish_header().
+      SegmentView view = mapping->view;
+      try {
+        write_header(view.header(), name, geo, config);
+        init_segment(view);
+        ProducerBlock& p = view.producer();
+        if (keeper_trylock(p.lease) != TakeResult::taken) {
+          throw Error(Errc::system_error, ch + "cannot lock the new producer lease");
+        }
+        core->holds_lease = true;
+        core->mapping = mapping;
+        core->view = view;
+        core->epoch = 1;
+        PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true};
+        core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
+                                                     : make_host_producer_pool(req);
+        p.instance_id.store(core->instance_id, std::memory_order_relaxed);
+        p.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+        p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
+        p.lease_word.store(LeaseWord::make(1, LeaseState::active), std::memory_order_release);
+        publish_header(view.header());  // (H1) last
+      } catch (...) {
+        if (core->holds_lease) {
+          keeper_unlock(view.producer().lease);
+          core->holds_lease = false;
+        }
+        core->pool.reset();
+        unlink_channel_objects(name);
+        throw;
+      }
+      core->last_reap_ns = monotonic_ns();
+      return Producer(std::move(core));
+    }
+
+    // The name exists: a live producer (refuse), a dead one (take over), or a half-made segment.
+    OpenedSegment opened;
+    try {
+      opened = open_segment(name);
+    } catch (const Error& e) {
+      if (e.code() == Errc::not_found) continue;  // removed meanwhile: create again
+      if (e.code() == Errc::not_ready) {
+        // Its creator died before finishing: nobody can be attached to it.
+        unlink_channel_objects(name);
+        continue;
+      }
+      throw;
+    }
+    SegmentView view = opened.mapping->view;
+    ProducerBlock& p = view.producer();
+    TakeResult taken = TakeResult::busy;
+    // A prober (a waiting reader, ringdump) holds the lease for microseconds: retry briefly
+    // before concluding that a producer is alive.
+    for (int i = 0; i < 50; ++i) {
+      taken = keeper_trylock(p.lease);
+      if (taken != TakeResult::busy && taken != TakeResult::unrecoverable) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (taken == TakeResult::busy) {
+      throw Error(Errc::producer_exists,
+                  ch + "already has a live producer (pid " +
+                      std::to_string(p.pid.load(std::memory_order_relaxed)) +
+                      "); only one producer may publish into a channel");
+    }
+    if (taken != TakeResult::taken && taken != TakeResult::owner_died) {
+      throw Error(Errc::corrupt_segment, ch + "the producer lease is not a usable mutex");
+    }
+    // We hold the producer lease. Is this still the channel's current segment?
+    if (!still_named(name, opened.mapping->device(), opened.mapping->inode())) {
+      keeper_unlock(p.lease);
+      continue;
+    }
+    const SegmentHeader& h = view.header();
+    const bool same_geometry = h.slots == geo.slots && h.max_readers == geo.max_readers &&
+                               h.max_held == geo.max_held && h.frame_bytes == geo.frame_bytes &&
+                               h.backend == geo.backend;
+    if (!same_geometry) {
+      detail::reap_dead_readers(view, nullptr);
+      std::uint32_t live = 0;
+      for (std::uint32_t r = 0; r < view.geo.max_readers; ++r) {
+        if (LeaseWord::state(view.reader(r).lease_word.load(std::memory_order_acquire)) ==
+            static_cast<std::uint8_t>(LeaseState::active)) {
+          ++live;
+        }
+      }
+      if (live != 0) {
+        keeper_unlock(p.lease);
+        throw Error(Errc::config_mismatch,
+                    ch + "cannot take over with slots=" + std::to_string(geo.slots) +
+                        " max_readers=" + std::to_string(geo.max_readers) +
+                        " max_held=" + std::to_string(geo.max_held) +
+                        " frame_bytes=" + std::to_string(geo.frame_bytes) +
+                        ": the channel has slots=" + std::to_string(h.slots) +
+                        " max_readers=" + std::to_string(h.max_readers) +
+                        " max_held=" + std::to_string(h.max_held) +
+                        " frame_bytes=" + std::to_string(h.frame_bytes) + " and " +
+                        std::to_string(live) + " live reader(s) attached");
+      }
+      // Nobody is attached: replace the channel with one of the requested shape.
+      unlink_channel_objects(name);
+      keeper_unlock(p.lease);
+      continue;
+    }
+    // Takeover: new epoch.
+    core->holds_lease = true;
+    core->mapping = opened.mapping;
+    core->view = view;
+    const std::uint64_t old = p.lease_word.load(std::memory_order_acquire);
+    core->epoch = LeaseWord::generation(old) + 1;
+    try {
+      recover_after_producer_death(view);
+      PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false};
+      core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
+                                                   : make_host_producer_pool(req);
+    } catch (...) {
+      keeper_unlock(p.lease);
+      core->holds_lease = false;
+      throw;
+    }
+    core->next_sequence = p.head.load(std::memory_order_relaxed) + 1;
+    core->published = p.published.load(std::memory_order_relaxed);
+    core->readers_reaped = p.readers_reaped.load(std::memory_order_relaxed);
+    core->loan_failures = p.loan_failures.load(std::memory_order_relaxed);
+    p.instance_id.store(core->instance_id, std::memory_order_relaxed);
+    p.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+    p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    // (L2) release: readers that see the new epoch see the recovered slots.
+    p.lease_word.store(LeaseWord::make(core->epoch, LeaseState::active),
+                       std::memory_order_release);
+    p.wake.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(p.wake);  // sleepers re-check and report the epoch change
+    core->reap();
+    core->last_reap_ns = monotonic_ns();
+    return Producer(std::move(core));
+  }
+  throw Error(Errc::system_error, ch + "could not create or take over the channel: its "
+                                       "segment kept changing under us");
+}
+
+Result<Loan> Producer::loan() noexcept { return core_->loan(core_); }
+
+Result<Loan> Producer::loan(std::chrono::nanoseconds timeout) noexcept {
+  const std::uint64_t deadline = detail::monotonic_ns() + static_cast<std::uint64_t>(
+                                                              std::max<std::int64_t>(0, timeout.count()));
+  for (;;) {
+    Result<Loan> r = core_->loan(core_);
+    if (r || r.status() != Status::no_free_slot) return r;
+    if (detail::monotonic_ns() >= deadline) return Status::timeout;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    core_->last_reap_ns = 0;  // reap again on the next try
+  }
+}
+
+std::uint64_t Producer::publish(Loan&& loan, std::size_t bytes) {
+  return publish(std::move(loan), bytes, nullptr);
+}
+
+std::uint64_t Producer::publish(Loan&& loan, std::size_t bytes, CudaStream stream) {
+  if (loan.core_ != core_ || !core_) {
+    throw Error(Errc::invalid_argument,
+                "ipcring: channel '" + (core_ ? core_->name : std::string("?")) +
+                    "': publish() of a loan that " +
+                    (loan.core_ ? "belongs to another producer" : "is empty or already published"));
+  }
+  return core_->publish(loan, bytes, stream);
+}
+
+std::size_t Producer::reap_dead_readers() noexcept { return core_->reap(); }
+std::string_view Producer::name() const noexcept { return core_->name; }
+std::uint64_t Producer::epoch() const noexcept { return core_->epoch; }
+const ChannelConfig& Producer::config() const noexcept { return core_->config; }
+
+// ---- Loan ----------------------------------------------------------------------------------
+
+Loan::Loan(Loan&& other) noexcept
+    : core_(std::move(other.core_)),
+      data_(other.data_),
+      capacity_(other.capacity_),
+      sequence_(other.sequence_),
+      slot_(other.slot_) {
+  other.data_ = nullptr;
+}
+
+Loan& Loan::operator=(Loan&& other) noexcept {
+  if (this != &other) {
+    if (core_) core_->drop(*this);
+    core_ = std::move(other.core_);
+    data_ = other.data_;
+    capacity_ = other.capacity_;
+    sequence_ = other.sequence_;
+    slot_ = other.slot_;
+    other.data_ = nullptr;
+  }
+  return *this;
+}
+
+Loan::~Loan() {
+  if (core_) core_->drop(*this);
+}
+
+void Loan::reset() noexcept {
+  core_.reset();
+  data_ = nullptr;
+}
+
+bool Loan::set_metadata(std::span<const std::byte> bytes) noexcept {
+  if (!core_ || core_->forked()) return false;
+  return core_->set_metadata(slot_, bytes.data(), bytes.size());
+}
+
+}  // namespace ipcring

@@ -1,0 +1,369 @@
+// reader.cpp — Reader: attach (take a lease), read frames (latest or sequential), release, wait.
+//
+// Concurrency: a Reader is used by one thread at a time; Frames may be released from any thread
+// (release touches only the slot word, an atomic counter and telemetry counters). The reader's
+// lease (its entry's robust mutex) is held by this process's lease keeper thread from attach until
+// the ReaderCore is destroyed, which happens when the Reader and every Frame it returned are gone.
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.hpp"
+#include "core.hpp"
+#include "ipcring/error.hpp"
+#include "ipcring/inspect.hpp"
+#include "ipcring/reader.hpp"
+#include "lease/lease.hpp"
+#include "ring/ring.hpp"
+#include "wait/futex.hpp"
+
+namespace ipcring {
+
+namespace detail {
+
+bool ReaderCore::forked() const noexcept { return fork_gen != fork_generation(); }
+
+bool ReaderCore::evicted() const noexcept {
+  // (L4) acquire, pairs with the reaper's (L3): a reader that still sees its own generation active
+  // has not been reaped.
+  return view.reader(index).lease_word.load(std::memory_order_acquire) !=
+         LeaseWord::make(entry_generation, LeaseState::active);
+}
+
+bool ReaderCore::producer_alive() noexcept {
+  ProducerBlock& p = view.producer();
+  const std::uint64_t w = p.lease_word.load(std::memory_order_acquire);
+  if (LeaseWord::state(w) != static_cast<std::uint8_t>(LeaseState::active)) return false;
+  if (LeaseWord::generation(w) != epoch) return true;  // a new producer: try_read reports it
+  return probe_alive(p.lease);
+}
+
+Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
+                                bool& lost) noexcept {
+  lost = true;
+  // (R2) acquire, pairs with (P3).
+  const std::uint64_t e = view.log(target).load(std::memory_order_acquire);
+  if (LogWord::sequence(e) != target) return Status::no_frame;  // overwritten in the log
+  const std::uint32_t i = LogWord::slot(e);
+  if (i >= view.geo.slots) return Status::no_frame;  // corrupt entry: never index with it
+  Slot& slot = view.slot(i);
+  std::uint64_t generation = 0;
+  const ClaimResult c = claim_for_read(slot, bit, generation);  // (R3)
+  if (c != ClaimResult::claimed) return Status::no_frame;
+  // The claim synchronised with the publication (P2) of generation `generation`: relaxed loads
+  // of the descriptor see what was written before it, and it cannot change while our bit is set.
+  // (R4) re-check: the claim may have landed on a later publication of the slot.
+  const std::uint64_t seq = slot.sequence.load(std::memory_order_relaxed);
+  const std::uint64_t frame_epoch = slot.epoch.load(std::memory_order_relaxed);
+  const std::uint64_t bytes = slot.bytes.load(std::memory_order_relaxed);
+  const std::uint32_t buffer = slot.buffer_index.load(std::memory_order_relaxed);
+  if (seq != target || frame_epoch != epoch || bytes > view.geo.frame_bytes || buffer != i) {
+    release_read(slot, bit, generation);  // (R5)
+    return Status::no_frame;
+  }
+  const std::byte* data =
+      pool->buffer(i, epoch, view.producer().instance_id.load(std::memory_order_relaxed));
+  if (data == nullptr) {
+    release_read(slot, bit, generation);
+    lost = false;
+    return Status::backend_error;
+  }
+  lost = false;
+  Frame f;
+  f.core_ = self;
+  f.data_ = data;
+  f.size_ = bytes;
+  f.sequence_ = seq;
+  f.epoch_ = frame_epoch;
+  f.timestamp_ns_ = slot.timestamp_ns.load(std::memory_order_relaxed);
+  f.generation_ = generation;
+  f.slot_ = i;
+  const std::uint32_t mb =
+      std::min<std::uint32_t>(slot.metadata_bytes.load(std::memory_order_relaxed), kMetadataBytes);
+  f.metadata_bytes_ = mb;
+  for (std::size_t w = 0; w < (mb + 7) / 8; ++w) {
+    const std::uint64_t v = slot.metadata[w].load(std::memory_order_relaxed);
+    std::memcpy(f.metadata_ + w * 8, &v, 8);
+  }
+  return Result<Frame>(std::move(f));
+}
+
+Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noexcept {
+  if (forked()) return Status::forked;
+  if (evicted()) return Status::evicted;
+  ProducerBlock& p = view.producer();
+  const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
+  if (LeaseWord::generation(pw) != epoch) {
+    // A new producer took the channel over: report the end of the old epoch once. Frames of the
+    // old epoch are never returned again (the descriptor's epoch is checked at every claim).
+    epoch = LeaseWord::generation(pw);
+    closed_reported = false;
+    return Status::producer_gone;
+  }
+  if (LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed)) {
+    if (!closed_reported) {
+      closed_reported = true;
+      return Status::producer_gone;
+    }
+    return Status::no_frame;
+  }
+  if (held.load(std::memory_order_relaxed) >= view.geo.max_held) return Status::max_held;
+  ReaderEntry& entry = view.reader(index);
+  // Latest: a bounded number of tries (head moves while we claim). Sequential: walk forward from
+  // the next sequence, counting frames that are gone as overruns; at most log_size steps.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    // (R1) acquire, pairs with (P4): the log entry of `head` is visible.
+    const std::uint64_t head = p.head.load(std::memory_order_acquire);
+    if (head <= last_sequence) return Status::no_frame;
+    std::uint64_t target = options.policy == ReadPolicy::latest ? head : last_sequence + 1;
+    if (options.policy == ReadPolicy::sequential && head - target >= view.geo.log_size) {
+      target = head - view.geo.log_size + 1;  // older entries are certainly overwritten
+    }
+    for (; target <= head; ++target) {
+      bool lost = false;
+      Result<Frame> r = claim(self, target, lost);
+      if (r) {
+        const std::uint64_t skipped = target - last_sequence - 1;
+        r->skipped_ = last_sequence == 0 ? 0 : skipped;
+        if (options.policy == ReadPolicy::sequential && last_sequence != 0) {
+          overruns += skipped;
+          entry.overruns.store(overruns, std::memory_order_relaxed);
+        }
+        last_sequence = target;
+        held.fetch_add(1, std::memory_order_relaxed);
+        const std::uint64_t now = monotonic_ns();
+        r->acquired_ns_ = now;
+        // Telemetry: only this reader writes these (relaxed; read as estimates by inspect).
+        entry.frames_read.store(entry.frames_read.load(std::memory_order_relaxed) + 1,
+                                std::memory_order_relaxed);
+        entry.last_sequence.store(target, std::memory_order_relaxed);
+        entry.last_read_ns.store(now, std::memory_order_relaxed);
+        entry.held.store(held.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        return r;
+      }
+      if (!lost) return r;  // backend error
+      if (options.policy == ReadPolicy::latest) break;  // re-read head
+    }
+    if (options.policy == ReadPolicy::sequential) {
+      // Everything up to head was gone: count it and wait for the next publication.
+      const std::uint64_t skipped = head - last_sequence;
+      if (last_sequence != 0) {
+        overruns += skipped;
+        entry.overruns.store(overruns, std::memory_order_relaxed);
+      }
+      last_sequence = head;
+      return Status::no_frame;
+    }
+  }
+  return Status::no_frame;
+}
+
+Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
+                               std::uint64_t timeout_ns) noexcept {
+  Result<Frame> r = try_read(self);
+  if (r || r.status() != Status::no_frame) return r;
+  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t deadline = start + timeout_ns;
+  ProducerBlock& p = view.producer();
+  // Spin phase: poll head (a shared cache line read; no system call).
+  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, options.spin.count()));
+  while (monotonic_ns() < std::min(spin_end, deadline)) {
+    for (int k = 0; k < 64; ++k) {
+      if (p.head.load(std::memory_order_relaxed) > last_sequence) break;
+      cpu_relax();
+    }
+    r = try_read(self);
+    if (r || r.status() != Status::no_frame) return r;
+  }
+  // Block phase: futex sleeps of at most producer_probe each.
+  const std::uint64_t probe_ns =
+      static_cast<std::uint64_t>(std::max<std::int64_t>(1'000'000, options.producer_probe.count()));
+  std::uint64_t next_probe = 0;
+  for (;;) {
+    std::uint64_t now = monotonic_ns();
+    if (now >= next_probe) {
+      if (!producer_alive()) {
+        r = try_read(self);  // report an epoch change, or the frames left
+        if (r || r.status() != Status::no_frame) return r;
+        return Status::producer_gone;
+      }
+      next_probe = now + probe_ns;
+    }
+    if (now >= deadline) return Status::timeout;
+    // (W1) seq_cst: announce the sleep before the final check; pairs with (P6).
+    p.waiters.fetch_add(1, std::memory_order_seq_cst);
+    // (W2) seq_cst, pairs with (P5): if the publication came first we see its wake value.
+    const std::uint32_t w = p.wake.load(std::memory_order_seq_cst);
+    r = try_read(self);
+    if (r || r.status() != Status::no_frame) {
+      p.waiters.fetch_sub(1, std::memory_order_relaxed);
+      return r;
+    }
+    now = monotonic_ns();
+    const std::uint64_t sleep = std::min(deadline - std::min(deadline, now), next_probe - std::min(next_probe, now));
+    if (sleep > 0) futex_wait(p.wake, w, sleep);  // EINTR: loop and re-check
+    p.waiters.fetch_sub(1, std::memory_order_relaxed);
+    r = try_read(self);
+    if (r || r.status() != Status::no_frame) return r;
+  }
+}
+
+void ReaderCore::release(Frame& f, CudaStream stream) noexcept {
+  if (forked()) return;  // the parent's bits are not ours to clear
+  pool->release_fence(f.slot_, index, stream);
+  if (!evicted()) {
+    release_read(view.slot(f.slot_), bit, f.generation_);  // (R5)
+  }
+  const std::uint32_t now_held = held.fetch_sub(1, std::memory_order_relaxed) - 1;
+  ReaderEntry& entry = view.reader(index);
+  entry.held.store(now_held, std::memory_order_relaxed);
+  const std::uint64_t hold = monotonic_ns() - f.acquired_ns_;
+  const unsigned bucket = hold == 0 ? 0 : static_cast<unsigned>(std::min<std::uint64_t>(kHoldBuckets - 1, static_cast<std::uint64_t>(std::bit_width(hold)) - 1));
+  entry.hold_histogram[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
+ReaderCore::~ReaderCore() {
+  if (forked() || !holds_lease) return;
+  pool.reset();
+  ReaderEntry& e = view.reader(index);
+  if (!evicted()) {
+    // Detach: nothing is held (every Frame kept this core alive), but clear our bit everywhere
+    // anyway, then free the entry and give back the lease.
+    clear_reader_bits(view, index);
+    e.instance_id.store(0, std::memory_order_relaxed);
+    e.held.store(0, std::memory_order_relaxed);
+    e.lease_word.store(LeaseWord::make(entry_generation + 1, LeaseState::free),
+                       std::memory_order_release);
+  }
+  keeper_unlock(e.lease);
+}
+
+}  // namespace detail
+
+// ---- public API ------------------------------------------------------------------------------
+
+Reader::Reader(std::shared_ptr<detail::ReaderCore> core) noexcept : core_(std::move(core)) {}
+Reader::Reader(Reader&&) noexcept = default;
+Reader& Reader::operator=(Reader&&) noexcept = default;
+Reader::~Reader() = default;
+
+Reader Reader::attach(std::string_view name, ReaderOptions options) {
+  using namespace detail;
+  validate_name(name);
+  if (options.policy != ReadPolicy::latest && options.policy != ReadPolicy::sequential) {
+    throw Error(Errc::invalid_argument, "ipcring: channel '" + std::string(name) +
+                                            "': unknown read policy " +
+                                            std::to_string(static_cast<unsigned>(options.policy)));
+  }
+  OpenedSegment opened = open_segment(name);
+  auto core = std::make_shared<ReaderCore>();
+  core->name = std::string(name);
+  core->options = options;
+  core->mapping = opened.mapping;
+  core->view = opened.mapping->view;
+  core->fork_gen = fork_generation();
+  core->instance_id = random_instance_id();
+  const SegmentView& view = core->view;
+  {
+    PoolRequest req{std::string(name), view, opened.mode, 0, false};
+    core->pool = view.geo.backend == 2 ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
+  }
+  // Take the first entry whose lease we can lock. Two passes: the second after reaping, in case
+  // dead readers fill the table and no producer is reaping.
+  for (int pass = 0; pass < 3 && !core->holds_lease; ++pass) {
+    if (pass == 1) reap_dead_readers(view, nullptr);
+    if (pass == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a prober's moment
+    for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+      TakeResult r = keeper_trylock(view.reader(i).lease);
+      if (r == TakeResult::unrecoverable) r = keeper_trylock(view.reader(i).lease);
+      if (r != TakeResult::taken && r != TakeResult::owner_died) continue;
+      core->index = i;
+      core->bit = SlotWord::bit(i);
+      core->holds_lease = true;
+      core->entry_generation = take_reader_entry(view, i, core->instance_id, options.policy);
+      break;
+    }
+  }
+  if (!core->holds_lease) {
+    std::string pids;
+    for (std::uint32_t i = 0; i < view.geo.max_readers && i < 8; ++i) {
+      pids += (i ? "," : "") + std::to_string(view.reader(i).pid.load(std::memory_order_relaxed));
+    }
+    throw Error(Errc::too_many_readers,
+                "ipcring: channel '" + std::string(name) + "': all " +
+                    std::to_string(view.geo.max_readers) +
+                    " reader entries (max_readers) are held by live readers (pids " + pids +
+                    (view.geo.max_readers > 8 ? ",..." : "") + ")");
+  }
+  ProducerBlock& p = view.producer();
+  const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
+  core->epoch = LeaseWord::generation(pw);
+  core->closed_reported =
+      LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed);
+  // Both policies start with the newest frame present at attach.
+  const std::uint64_t head = p.head.load(std::memory_order_acquire);
+  core->last_sequence = head > 0 ? head - 1 : 0;
+  return Reader(std::move(core));
+}
+
+Result<Frame> Reader::try_read() noexcept { return core_->try_read(core_); }
+Result<Frame> Reader::read(std::chrono::nanoseconds timeout) noexcept {
+  return core_->read(core_, static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count())));
+}
+std::uint32_t Reader::index() const noexcept { return core_->index; }
+std::uint32_t Reader::held() const noexcept { return core_->held.load(std::memory_order_relaxed); }
+std::uint64_t Reader::overruns() const noexcept { return core_->overruns; }
+std::uint64_t Reader::epoch() const noexcept { return core_->epoch; }
+std::string_view Reader::name() const noexcept { return core_->name; }
+std::size_t Reader::frame_bytes() const noexcept { return core_->view.geo.frame_bytes; }
+std::uint32_t Reader::max_held() const noexcept { return core_->view.geo.max_held; }
+
+// ---- Frame ---------------------------------------------------------------------------------
+
+Frame::Frame(Frame&& other) noexcept { *this = std::move(other); }
+
+Frame& Frame::operator=(Frame&& other) noexcept {
+  if (this != &other) {
+    release();
+    core_ = std::move(other.core_);
+    data_ = other.data_;
+    size_ = other.size_;
+    sequence_ = other.sequence_;
+    epoch_ = other.epoch_;
+    timestamp_ns_ = other.timestamp_ns_;
+    generation_ = other.generation_;
+    skipped_ = other.skipped_;
+    acquired_ns_ = other.acquired_ns_;
+    slot_ = other.slot_;
+    metadata_bytes_ = other.metadata_bytes_;
+    std::memcpy(metadata_, other.metadata_, sizeof metadata_);
+    other.data_ = nullptr;
+  }
+  return *this;
+}
+
+Frame::~Frame() { release(); }
+
+void Frame::release() noexcept { release(nullptr); }
+
+void Frame::release(CudaStream stream) noexcept {
+  if (!core_) return;
+  core_->release(*this, stream);
+  reset();
+}
+
+void Frame::reset() noexcept {
+  core_.reset();  // may detach the reader if this was the last reference
+  data_ = nullptr;
+}
+
+Status Frame::wait_on(CudaStream stream) noexcept {
+  if (!core_) return Status::no_frame;
+  if (core_->forked()) return Status::forked;
+  return core_->pool->wait_on(slot_, stream);
+}
+
+}  // namespace ipcring

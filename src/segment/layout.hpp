@@ -1,0 +1,361 @@
+// layout.hpp — the shared-memory ABI of an ipcring channel. Everything that lives in shared memory
+// is declared here and nowhere else.
+//
+// A channel is two POSIX shared-memory objects:
+//   /dev/shm/ipcring.<name>         the control segment (this file's structs), mapped read-write
+//                                    by the producer, every reader and the inspector;
+//   /dev/shm/ipcring.<name>.frames  the host frame pool (host backend only), `slots` page-aligned
+//                                    buffers, mapped read-write by the producer and read-only by
+//                                    readers.
+//
+// Control segment, in order (every block starts on a 128-byte line):
+//
+//   +-------------------------+ 0
+//   | SegmentHeader           |  identity + geometry: written once by the creator, magic last
+//   +-------------------------+ 512
+//   | ProducerBlock           |  producer lease (robust mutex), epoch/state word, head sequence,
+//   |                         |  wake word; reader-written waiter count on its own line
+//   +-------------------------+ 512 + 512
+//   | ReaderEntry[max_readers]|  one lease (robust mutex) + identity + telemetry per reader
+//   +-------------------------+ reader_table_offset + max_readers * 512
+//   | Slot[slots]             |  per slot: state word (own line), descriptor (own lines)
+//   +-------------------------+ slot_table_offset + slots * 256
+//   | LogEntry[log_size]      |  publication log: sequence -> slot, log_size a power of two
+//   +-------------------------+ log_offset + log_size * 8, rounded up to 128
+//   | CudaSlot[slots]         |  CUDA backend only: IPC memory/event handles per slot
+//   +-------------------------+ segment_bytes
+//
+// ABI rule (see docs/protocol.md §ABI): increment kLayoutVersion for every incompatible change —
+// a field's width, order, meaning, or the packing of a state word. tests/unit/layout_test.cpp pins
+// every size and offset below and fails when the layout moves without a version bump.
+//
+// Cross-process atomics must be lock-free and address-free; every std::atomic used here is
+// checked with is_always_lock_free. Shared fields that a crashing process may be writing are at
+// most 64 bits wide. Plain (non-atomic) fields are written only before the creator's release store
+// of `magic` and are immutable afterwards.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace ipcring::detail {
+
+// Fixed false-sharing distance. Deliberately a constant, not
+// std::hardware_destructive_interference_size, which varies with compiler flags and would make the
+// layout differ between two builds of the same version.
+inline constexpr std::size_t kLine = 128;
+
+inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kEndianMark = 0x01020304U;
+
+inline constexpr std::uint32_t kMaxReaders = 32;    // one bit per reader in the slot state word
+inline constexpr std::uint32_t kMaxSlots = 1024;    // slot index fits in a log entry's low bits
+inline constexpr std::uint32_t kMaxHeld = 64;       // per-reader hold limit
+inline constexpr std::uint64_t kMaxFrameBytes = 1ULL << 40;
+inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and ".frames"
+inline constexpr std::size_t kMetadataBytes = 64;
+inline constexpr std::size_t kMutexBytes = 64;      // storage reserved for a pthread_mutex_t
+inline constexpr std::size_t kLibcIdBytes = 32;
+inline constexpr std::size_t kHoldBuckets = 32;     // log2 buckets of hold time in ns
+inline constexpr std::size_t kCudaHandleBytes = 64; // cudaIpcMemHandle_t / cudaIpcEventHandle_t
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "64-bit atomics must be lock-free to work across process boundaries");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
+              "32-bit atomics must be lock-free to work across process boundaries");
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<std::uint32_t>) == 4,
+              "atomics must have the size of the value they hold (no embedded lock)");
+static_assert(sizeof(pthread_mutex_t) <= kMutexBytes, "pthread_mutex_t must fit its reserved slot");
+
+// ---------------------------------------------------------------------------------------------
+// Slot state word (64 bits), written by the producer and by readers (CAS only):
+//
+//   63                               33 32 31                                0
+//   +-----------------------------------+--+----------------------------------+
+//   |        generation (31 bits)       |W |   reader mask (bit i = reader i)  |
+//   +-----------------------------------+--+----------------------------------+
+//
+// W (WRITING) is set while the producer owns the slot (a loan). The generation increases by one
+// at every publication into the slot (modulo 2^31). Readers set their bit only with a CAS that
+// expects the whole word, so a claim against a stale generation fails; the 64-bit sequence in the
+// descriptor is re-checked after the claim to close the wrap-around ABA case.
+struct SlotWord {
+  static constexpr std::uint64_t kMaskBits = 0xffffffffULL;
+  static constexpr std::uint64_t kWriting = 1ULL << 32;
+  static constexpr unsigned kGenShift = 33;
+  static constexpr std::uint64_t kGenMask = (1ULL << 31) - 1;
+
+  static constexpr std::uint64_t mask(std::uint64_t w) noexcept { return w & kMaskBits; }
+  static constexpr bool writing(std::uint64_t w) noexcept { return (w & kWriting) != 0; }
+  static constexpr std::uint64_t generation(std::uint64_t w) noexcept {
+    return (w >> kGenShift) & kGenMask;
+  }
+  static constexpr std::uint64_t make(std::uint64_t gen, bool writing, std::uint64_t mask) noexcept {
+    return ((gen & kGenMask) << kGenShift) | (writing ? kWriting : 0) | (mask & kMaskBits);
+  }
+  static constexpr std::uint64_t bit(std::uint32_t reader) noexcept { return 1ULL << reader; }
+};
+
+// Lease word (64 bits) of a reader entry and of the producer block:
+//   bits 63..8: generation (bumped by every owner change: attach, detach, reap, takeover)
+//   bits  7..0: LeaseState
+enum class LeaseState : std::uint8_t {
+  free = 0,    // no owner; the robust mutex is unlocked
+  active = 1,  // owned: the owner's lease thread holds the robust mutex
+  closed = 2,  // producer only: clean exit, no frames will follow in this epoch
+};
+struct LeaseWord {
+  static constexpr std::uint64_t make(std::uint64_t gen, LeaseState s) noexcept {
+    return (gen << 8) | static_cast<std::uint64_t>(s);
+  }
+  static constexpr std::uint64_t generation(std::uint64_t w) noexcept { return w >> 8; }
+  static constexpr std::uint8_t state(std::uint64_t w) noexcept {
+    return static_cast<std::uint8_t>(w & 0xff);
+  }
+};
+
+// Publication log entry: (sequence << 16) | slot index. 48 bits of sequence last 8.9 years at
+// one million frames per second.
+struct LogWord {
+  static constexpr unsigned kSlotBits = 16;
+  static constexpr std::uint64_t make(std::uint64_t seq, std::uint32_t slot) noexcept {
+    return (seq << kSlotBits) | slot;
+  }
+  static constexpr std::uint64_t sequence(std::uint64_t w) noexcept { return w >> kSlotBits; }
+  static constexpr std::uint32_t slot(std::uint64_t w) noexcept {
+    return static_cast<std::uint32_t>(w & 0xffff);
+  }
+};
+static_assert(kMaxSlots <= (1U << LogWord::kSlotBits));
+
+// Storage for a process-shared robust pthread mutex. Sized for every glibc ABI (40 bytes on
+// x86-64, 48 on aarch64) so the rest of the layout does not move between architectures.
+struct alignas(16) MutexStorage {
+  unsigned char bytes[kMutexBytes];
+};
+
+// ---------------------------------------------------------------------------------------------
+// Identity and geometry. Written by the creator before the release store of `magic`; immutable
+// afterwards. Openers copy what they need into process memory after validating it and never read
+// the geometry from shared memory again.
+struct alignas(kLine) SegmentHeader {
+  std::atomic<std::uint64_t> magic;  // (H1) release store by the creator, written last
+  std::uint32_t layout_version;
+  std::uint32_t endian_mark;         // kEndianMark
+  // Sizes of the shared types, checked by openers (another compiler or ABI would differ).
+  std::uint32_t header_bytes;
+  std::uint32_t producer_bytes;
+  std::uint32_t reader_entry_bytes;
+  std::uint32_t slot_bytes;
+  std::uint32_t cuda_slot_bytes;
+  std::uint32_t mutex_bytes;         // sizeof(pthread_mutex_t) of the creator
+  char libc_id[kLibcIdBytes];        // e.g. "glibc 2.36 x86_64"
+  // Geometry.
+  std::uint32_t slots;
+  std::uint32_t max_readers;
+  std::uint32_t max_held;
+  std::uint32_t log_size;            // power of two, >= 2 * slots
+  std::uint32_t backend;             // 1 host, 2 cuda
+  std::int32_t cuda_device;          // creator's ordinal (display only; identity is the UUID)
+  std::uint32_t mode;                // permission bits requested by the creator
+  std::uint32_t creator_uid;
+  std::uint64_t frame_bytes;         // capacity of one frame
+  std::uint64_t frame_stride;        // distance between frames in the pool (page multiple)
+  std::uint64_t frames_segment_bytes;// size of the .frames object (0 for cuda)
+  std::uint64_t segment_bytes;       // size of this control segment
+  std::uint64_t producer_offset;
+  std::uint64_t reader_table_offset;
+  std::uint64_t slot_table_offset;
+  std::uint64_t log_offset;
+  std::uint64_t cuda_offset;         // 0 unless backend == cuda
+  std::uint64_t created_ns;          // CLOCK_REALTIME at creation, display only
+  std::uint64_t reap_period_ns;
+  unsigned char cuda_uuid[16];       // device UUID of the frame pool (cuda backend)
+  char name[kMaxNameLength + 1];     // channel name, NUL-terminated
+};
+
+// Producer block: its lease, the epoch and the hot publication counters.
+struct alignas(kLine) ProducerBlock {
+  // Line 0: lease (written at create, takeover and close).
+  MutexStorage lease;                       // robust mutex held by the producer's lease thread
+  std::atomic<std::uint64_t> lease_word;    // LeaseWord: generation = epoch
+  std::atomic<std::uint64_t> instance_id;   // random per producer object
+  std::atomic<std::uint32_t> pid;           // display only
+  std::uint32_t reserved0;
+  std::atomic<std::uint64_t> started_ns;    // CLOCK_MONOTONIC at takeover
+  alignas(kLine)
+  // Line 1: producer-written hot words.
+  std::atomic<std::uint64_t> head;          // sequence of the newest published frame, 0 = none
+  std::atomic<std::uint32_t> wake;          // futex word: incremented on every publication
+  std::uint32_t reserved1;
+  std::atomic<std::uint64_t> published;     // frames published over all epochs
+  std::atomic<std::uint64_t> loan_failures; // loans that found no free slot
+  std::atomic<std::uint64_t> readers_reaped;
+  std::atomic<std::uint64_t> last_publish_ns;
+  alignas(kLine)
+  // Line 2: reader-written.
+  std::atomic<std::uint32_t> waiters;       // readers inside a futex wait (or about to be)
+  std::uint32_t reserved2;
+  alignas(kLine) std::uint64_t reserved3;   // line 3 kept free for future producer state
+};
+
+// One reader's lease and telemetry.
+struct alignas(kLine) ReaderEntry {
+  // Line 0: lease (attach/detach/reap).
+  MutexStorage lease;                       // robust mutex held by the reader's lease thread
+  std::atomic<std::uint64_t> lease_word;    // LeaseWord
+  std::atomic<std::uint64_t> instance_id;   // random per reader object; 0 when free
+  std::atomic<std::uint32_t> pid;           // display only
+  std::atomic<std::uint32_t> policy;        // 0 latest, 1 sequential
+  std::atomic<std::uint64_t> attached_ns;   // CLOCK_MONOTONIC
+  alignas(kLine)
+  // Line 1: reader-written telemetry (relaxed; estimates while the reader runs).
+  std::atomic<std::uint64_t> frames_read;
+  std::atomic<std::uint64_t> overruns;
+  std::atomic<std::uint64_t> last_sequence;
+  std::atomic<std::uint64_t> last_read_ns;
+  std::atomic<std::uint32_t> held;
+  std::uint32_t reserved0;
+  alignas(kLine)
+  // Lines 2-3: hold-time histogram, bucket b counts holds of [2^b, 2^(b+1)) ns.
+  std::atomic<std::uint64_t> hold_histogram[kHoldBuckets];
+};
+
+// One slot: its state word alone on a line (readers CAS it), then the descriptor.
+struct alignas(kLine) Slot {
+  std::atomic<std::uint64_t> state;         // SlotWord
+  alignas(kLine)
+  // Descriptor: written by the producer while the slot is WRITING.
+  std::atomic<std::uint64_t> sequence;      // 0 = never published
+  std::atomic<std::uint64_t> epoch;
+  std::atomic<std::uint64_t> bytes;
+  std::atomic<std::uint64_t> timestamp_ns;  // CLOCK_MONOTONIC at publish
+  std::atomic<std::uint32_t> buffer_index;
+  std::atomic<std::uint32_t> metadata_bytes;
+  std::atomic<std::uint64_t> reserved0;
+  std::atomic<std::uint64_t> metadata[kMetadataBytes / 8];
+};
+
+// CUDA handles of one slot's buffer and events (backend == cuda).
+struct alignas(kLine) CudaSlot {
+  unsigned char memory_handle[kCudaHandleBytes];      // cudaIpcMemHandle_t of the buffer
+  unsigned char write_done_handle[kCudaHandleBytes];  // cudaIpcEventHandle_t, recorded at publish
+  unsigned char release_handle[kMaxReaders][kCudaHandleBytes];  // per (slot, reader) fence
+  std::atomic<std::uint64_t> memory_generation;       // producer instance that exported the handles
+  std::atomic<std::uint32_t> release_recorded;        // bit i: reader i recorded its fence
+  std::uint32_t reserved0;
+};
+
+// Layout pins. A change to any of these is an ABI change: bump kLayoutVersion.
+static_assert(sizeof(SegmentHeader) == 512);
+static_assert(offsetof(SegmentHeader, magic) == 0);
+static_assert(offsetof(SegmentHeader, layout_version) == 8);
+static_assert(offsetof(SegmentHeader, libc_id) == 40);
+static_assert(offsetof(SegmentHeader, slots) == 72);
+static_assert(offsetof(SegmentHeader, frame_bytes) == 104);
+static_assert(offsetof(SegmentHeader, cuda_uuid) == 192);
+static_assert(offsetof(SegmentHeader, name) == 208);
+static_assert(sizeof(ProducerBlock) == 512);
+static_assert(offsetof(ProducerBlock, lease_word) == 64);
+static_assert(offsetof(ProducerBlock, head) == kLine);
+static_assert(offsetof(ProducerBlock, wake) == kLine + 8);
+static_assert(offsetof(ProducerBlock, waiters) == 2 * kLine);
+static_assert(sizeof(ReaderEntry) == 512);
+static_assert(offsetof(ReaderEntry, lease_word) == 64);
+static_assert(offsetof(ReaderEntry, frames_read) == kLine);
+static_assert(offsetof(ReaderEntry, hold_histogram) == 2 * kLine);
+static_assert(sizeof(Slot) == 256);
+static_assert(offsetof(Slot, sequence) == kLine);
+static_assert(offsetof(Slot, metadata) == kLine + 48);
+static_assert(sizeof(CudaSlot) == 2304);
+static_assert(offsetof(CudaSlot, release_handle) == 128);
+static_assert(offsetof(CudaSlot, memory_generation) == 128 + kMaxReaders * kCudaHandleBytes);
+
+// Where each block of a segment of a given geometry lives. Computed identically by the creator
+// and every opener; openers compare it with the header before trusting the header's offsets.
+struct Geometry {
+  std::uint32_t slots = 0;
+  std::uint32_t max_readers = 0;
+  std::uint32_t max_held = 0;
+  std::uint32_t log_size = 0;
+  std::uint32_t backend = 0;
+  std::uint64_t frame_bytes = 0;
+  std::uint64_t frame_stride = 0;
+  std::uint64_t frames_segment_bytes = 0;
+  std::uint64_t producer_offset = 0;
+  std::uint64_t reader_table_offset = 0;
+  std::uint64_t slot_table_offset = 0;
+  std::uint64_t log_offset = 0;
+  std::uint64_t cuda_offset = 0;
+  std::uint64_t segment_bytes = 0;
+};
+
+constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t to) noexcept {
+  return (v + to - 1) / to * to;
+}
+
+constexpr std::uint32_t log_size_for(std::uint32_t slots) noexcept {
+  std::uint32_t n = 16;
+  while (n < 4 * slots) n *= 2;
+  return n;
+}
+
+// Computes the layout for already-range-checked values (slots in [1, kMaxSlots], max_readers in
+// [1, kMaxReaders], frame_bytes in [1, kMaxFrameBytes], page_bytes a power of two).
+constexpr Geometry compute_geometry(std::uint32_t slots, std::uint32_t max_readers,
+                                    std::uint32_t max_held, std::uint64_t frame_bytes,
+                                    std::uint32_t backend, std::uint64_t page_bytes) noexcept {
+  Geometry g;
+  g.slots = slots;
+  g.max_readers = max_readers;
+  g.max_held = max_held;
+  g.log_size = log_size_for(slots);
+  g.backend = backend;
+  g.frame_bytes = frame_bytes;
+  const bool cuda = backend == 2;
+  g.frame_stride = cuda ? 0 : round_up(frame_bytes, page_bytes);
+  g.frames_segment_bytes = cuda ? 0 : g.frame_stride * slots;
+  g.producer_offset = sizeof(SegmentHeader);
+  g.reader_table_offset = g.producer_offset + sizeof(ProducerBlock);
+  g.slot_table_offset = g.reader_table_offset + std::uint64_t{max_readers} * sizeof(ReaderEntry);
+  g.log_offset = g.slot_table_offset + std::uint64_t{slots} * sizeof(Slot);
+  std::uint64_t end = round_up(g.log_offset + std::uint64_t{g.log_size} * 8, kLine);
+  if (cuda) {
+    g.cuda_offset = end;
+    end += std::uint64_t{slots} * sizeof(CudaSlot);
+  }
+  g.segment_bytes = round_up(end, page_bytes);
+  return g;
+}
+
+// A mapped control segment seen through typed accessors. Holds no ownership; the bounds were
+// validated when the view was made (segment.cpp), and the accessors take indices that callers
+// have range-checked against the process-local geometry.
+struct SegmentView {
+  unsigned char* base = nullptr;
+  Geometry geo;
+
+  SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(base); }
+  ProducerBlock& producer() const noexcept {
+    return *reinterpret_cast<ProducerBlock*>(base + geo.producer_offset);
+  }
+  ReaderEntry& reader(std::uint32_t i) const noexcept {
+    return reinterpret_cast<ReaderEntry*>(base + geo.reader_table_offset)[i];
+  }
+  Slot& slot(std::uint32_t i) const noexcept {
+    return reinterpret_cast<Slot*>(base + geo.slot_table_offset)[i];
+  }
+  std::atomic<std::uint64_t>& log(std::uint64_t sequence) const noexcept {
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(base + geo.log_offset)[sequence &
+                                                                                (geo.log_size - 1)];
+  }
+  CudaSlot& cuda_slot(std::uint32_t i) const noexcept {
+    return reinterpret_cast<CudaSlot*>(base + geo.cuda_offset)[i];
+  }
+};
+
+}  // namespace ipcring::detail
