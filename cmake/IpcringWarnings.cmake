@@ -2,7 +2,7 @@
 function(ipcring_target_defaults target)
   target_compile_features(${target} PUBLIC cxx_std_20)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
-    -Wno-sign-conversion -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Wnull-dereference)
+    -Wno-sign-conversion -Wnon-virtual-dtor -Wold-style-cast -Wcast-align)
   if(IPCRING_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

@@ -1,0 +1,143 @@
+// main.cpp — ringbench: cross-process latency of ipcring against baselines measured in the same run.
+//
+// Every benchmark runs in the two-process harness of harness.hpp. Google Benchmark flags work as
+// usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format, --benchmark_format,
+// --benchmark_repetitions ...); ringbench's own flags are listed by usage() below.
+//
+// Exit status: 0 when every selected benchmark ran or was skipped with a reason ("skipped: ..."),
+// 1 when one failed ("error: ..."), 2 for a bad command line.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "roudi.hpp"
+#include "summary.hpp"
+
+namespace {
+
+void usage() {
+  std::printf(
+      "ringbench: cross-process latency of ipcring and its baselines (see docs/benchmarks.md)\n"
+      "  --summary                 print ratios against the baselines and the targets, and plot\n"
+      "                            (without --benchmark_filter: only the benchmarks it needs)\n"
+      "  --summary_png=FILE        where the plot goes (default ringbench-latency.png; empty: none)\n"
+      "  --smoke                   tiny budgets: proves every benchmark runs, in a few seconds\n"
+      "  --ringbench_budget=S      seconds of messages per benchmark (default 1.0)\n"
+      "  --ringbench_max_messages=N  cap on messages per benchmark (default 1000000)\n"
+      "  --ringbench_gap_us=N      pause after each ack when receivers block (default 100)\n"
+      "  --ringbench_cpus=A,B,...  CPUs to use: A for the sender, the rest for receivers\n"
+      "                            (default: the affinity mask, lowest CPU to the sender)\n"
+      "Google Benchmark's flags follow (--benchmark_filter, --benchmark_out ...).\n\n");
+}
+
+bool take_flag(const std::string& arg, const char* name, std::string& value) {
+  const std::string prefix = std::string(name) + "=";
+  if (arg.rfind(prefix, 0) != 0) return false;
+  value = arg.substr(prefix.size());
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using ringbench::settings;
+  bool summary = false;
+  bool user_filter = false;
+  std::string png = "ringbench-latency.png";
+  std::string format = "console";
+  std::vector<char*> rest = {argv[0]};
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      std::string value;
+      if (arg == "--summary") {
+        summary = true;
+      } else if (arg == "--smoke") {
+        settings().smoke = true;
+        settings().budget_s = 0.02;
+        settings().max_messages = 2000;
+        settings().child_timeout_s = 20;
+      } else if (take_flag(arg, "--summary_png", value)) {
+        png = value;
+      } else if (take_flag(arg, "--ringbench_budget", value)) {
+        settings().budget_s = std::stod(value);
+      } else if (take_flag(arg, "--ringbench_max_messages", value)) {
+        settings().max_messages = std::stoull(value);
+      } else if (take_flag(arg, "--ringbench_gap_us", value)) {
+        settings().blocking_gap_ns = std::stoull(value) * 1000;
+      } else if (take_flag(arg, "--ringbench_cpus", value)) {
+        std::stringstream list(value);
+        std::string cpu;
+        while (std::getline(list, cpu, ',')) settings().cpus.push_back(std::stoi(cpu));
+      } else {
+        if (arg == "--help" || arg == "-h") usage();
+        if (arg.rfind("--benchmark_filter", 0) == 0) user_filter = true;
+        if (take_flag(arg, "--benchmark_format", value)) format = value;
+        rest.push_back(argv[i]);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ringbench: bad option value (%s)\n", e.what());
+    return 2;
+  }
+  if (summary && format != "console") {
+    std::fprintf(stderr, "ringbench: --summary prints to the console; use --benchmark_out=FILE for JSON\n");
+    format = "console";
+  }
+
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
+  if (summary && !user_filter) {
+    benchmark::SetBenchmarkFilter("^(baseline/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
+  }
+
+  ringbench::register_baselines();
+  ringbench::register_iceoryx();
+  ringbench::register_ipcring();
+
+  const ringbench::Pinning one = ringbench::plan_pinning(1);
+  const ringbench::Pinning eight = ringbench::plan_pinning(8);
+  std::string pinning = "sender cpu" + std::to_string(one.sender_cpu) + ", receivers cpu";
+  for (std::size_t i = 0; i < eight.receiver_cpus.size(); ++i) {
+    pinning += (i ? "," : "") + std::to_string(eight.receiver_cpus[i]);
+  }
+  pinning += " (round-robin over all but the sender's CPU)";
+  benchmark::AddCustomContext("ringbench_pinning", pinning);
+  benchmark::AddCustomContext("ringbench_cores",
+                              "the sender spins on acknowledgements (holds its core); spin-mode receivers "
+                              "hold a core each; blocking receivers sleep");
+  benchmark::AddCustomContext("ringbench_clock", "CLOCK_MONOTONIC, read by both processes");
+  benchmark::AddCustomContext("ringbench_budget_s", std::to_string(settings().budget_s));
+  benchmark::AddCustomContext("ringbench_blocking_gap_us", std::to_string(settings().blocking_gap_ns / 1000));
+  benchmark::AddCustomContext("ringbench_time_column",
+                              "Time = mean period of the paced stream (send, receive, ack); latency is "
+                              "in the p*_ns counters");
+
+  std::vector<ringbench::Captured> runs;
+  auto reporter = ringbench::make_capturing_reporter(format, runs);
+  benchmark::RunSpecifiedBenchmarks(reporter.get());
+  benchmark::Shutdown();
+  ringbench::stop_roudi();
+
+  if (summary) ringbench::print_summary(runs, png);
+
+  int failures = 0;
+  for (const auto& run : runs) {
+    if (run.error && run.message.rfind("skipped:", 0) != 0) {
+      ++failures;
+      std::fprintf(stderr, "ringbench: %s failed: %s\n", run.name.c_str(), run.message.c_str());
+    }
+  }
+  if (runs.empty()) {
+    std::fprintf(stderr, "ringbench: no benchmark matched\n");
+    return 1;
+  }
+  return failures == 0 ? 0 : 1;
+}
