@@ -31,7 +31,7 @@ class ProducerCore {
   ProducerCore(const ProducerCore&) = delete;
   ProducerCore& operator=(const ProducerCore&) = delete;
 
-  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self) noexcept;
+  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self, CudaStream stream = nullptr) noexcept;
   std::uint64_t publish(Loan& loan, std::size_t bytes, CudaStream stream);
   void drop(Loan& loan) noexcept;
   std::size_t reap() noexcept;
@@ -87,7 +87,7 @@ class ReaderCore {
   std::uint64_t instance_id = 0;
   std::uint64_t last_sequence = 0;  // newest sequence read (0: none yet)
   std::uint64_t epoch = 0;          // producer epoch last seen
-  bool closed_reported = false;
+  bool gone_reported = false;      // producer_gone already returned for this epoch
   std::uint64_t overruns = 0;
   std::uint64_t fork_gen = 0;
   std::atomic<std::uint32_t> held{0};
@@ -95,7 +95,7 @@ class ReaderCore {
 
  private:
   Result<Frame> claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
-                      bool& lost) noexcept;
+                      std::uint64_t head_word, bool& lost) noexcept;
 };
 
 }  // namespace ipcring::detail

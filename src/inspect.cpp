@@ -4,15 +4,18 @@
 // one that was really there, but the whole is not one instant (a slot may show a reader bit whose
 // reader entry was read a moment earlier). Every value is range-checked before use; anything
 // inconsistent is reported in Snapshot::problems rather than trusted.
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "common/clock.hpp"
 #include "core.hpp"
+#include "inspect_internal.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/inspect.hpp"
 #include "lease/lease.hpp"
@@ -27,16 +30,62 @@ bool is_active(std::uint64_t lease_word) {
          static_cast<std::uint8_t>(detail::LeaseState::active);
 }
 
+std::string hex(std::uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+int mutex_kind(const detail::MutexStorage& storage) noexcept {
+  int kind = 0;
+#if defined(__GLIBC__)
+  // glibc's pthread_mutex_t: the kind (type | robust | pshared | protocol bits) is immutable after
+  // pthread_mutex_init. Copied bytewise: the storage is shared memory another process may scribble.
+  std::memcpy(&kind, storage.bytes + offsetof(pthread_mutex_t, __data.__kind), sizeof kind);
+#else
+  (void)storage;
+#endif
+  return kind;
+}
+
+// Liveness of a lease, probing only a plausible mutex. `who` names the owner in problems.
+bool probe_lease(detail::MutexStorage& storage, const std::string& who,
+                 std::vector<std::string>& problems) {
+  if (!detail::lease_mutex_plausible(storage)) {
+    problems.push_back(who + "'s lease is not a robust process-shared mutex (kind " +
+                       hex(static_cast<std::uint32_t>(mutex_kind(storage))) +
+                       "); not probed, counted as dead");
+    return false;
+  }
+  return detail::probe_alive(storage);
+}
+
 }  // namespace
 
-Snapshot inspect(std::string_view name) {
-  using namespace detail;
-  OpenedSegment opened = open_segment(name);
-  const SegmentView& view = opened.mapping->view;
+namespace detail {
+
+bool lease_mutex_plausible(const MutexStorage& storage) noexcept {
+#if defined(__GLIBC__)
+  static const int expected = [] {
+    MutexStorage reference{};
+    if (init_robust_mutex(reference) != 0) return -1;
+    const int kind = mutex_kind(reference);
+    pthread_mutex_destroy(as_mutex(reference));
+    return kind;
+  }();
+  return expected != -1 && mutex_kind(storage) == expected;
+#else
+  (void)storage;
+  return true;
+#endif
+}
+
+Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
+                       std::uint32_t mode) {
   const Geometry& g = view.geo;
   Snapshot s;
   s.name = std::string(name);
-  s.layout_version = kLayoutVersion;
+  s.layout_version = kLayoutVersion;  // validated equal to the segment's
   s.backend = g.backend == 2 ? Backend::cuda : Backend::host;
   s.slots = g.slots;
   s.max_readers = g.max_readers;
@@ -44,31 +93,51 @@ Snapshot inspect(std::string_view name) {
   s.frame_bytes = g.frame_bytes;
   s.segment_bytes = g.segment_bytes;
   s.frames_segment_bytes = g.frames_segment_bytes;
-  s.owner_uid = opened.owner_uid;
-  s.mode = opened.mode;
+  s.owner_uid = owner_uid;
+  s.mode = mode;
   s.taken_ns = monotonic_ns();
+  // Plain header fields: immutable once magic was published (display only, never trusted).
+  s.created_unix_ns = view.header().created_ns;
+  s.reap_period_ns = view.header().reap_period_ns;
 
   ProducerBlock& p = view.producer();
   const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
   s.producer.epoch = LeaseWord::generation(pw);
   s.producer.closed = LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed);
-  s.producer.alive = is_active(pw) && probe_alive(p.lease);
+  if (is_active(pw)) {
+    s.producer.alive = probe_lease(p.lease, "the producer", s.problems);
+  } else if (!lease_mutex_plausible(p.lease)) {
+    s.problems.push_back("the producer's lease is not a robust process-shared mutex (kind " +
+                         hex(static_cast<std::uint32_t>(mutex_kind(p.lease))) + ")");
+  }
   s.producer.pid = p.pid.load(std::memory_order_relaxed);
   s.producer.instance_id = p.instance_id.load(std::memory_order_relaxed);
-  s.producer.head = p.head.load(std::memory_order_acquire);
+  s.producer.head = LogWord::sequence(p.head.load(std::memory_order_acquire));
   s.producer.published = p.published.load(std::memory_order_relaxed);
   s.producer.loan_failures = p.loan_failures.load(std::memory_order_relaxed);
   s.producer.readers_reaped = p.readers_reaped.load(std::memory_order_relaxed);
   s.producer.last_publish_ns = p.last_publish_ns.load(std::memory_order_relaxed);
   s.producer.started_ns = p.started_ns.load(std::memory_order_relaxed);
   s.producer.waiters = p.waiters.load(std::memory_order_relaxed);
+  const std::uint8_t pstate = LeaseWord::state(pw);
+  if (pstate > static_cast<std::uint8_t>(LeaseState::closed)) {
+    s.problems.push_back("the producer's lease word has unknown state " + std::to_string(pstate));
+  }
 
   std::uint64_t active_mask = 0;
   for (std::uint32_t i = 0; i < g.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
     const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
     const std::uint8_t st = LeaseWord::state(w);
-    if (st == static_cast<std::uint8_t>(LeaseState::free)) continue;
+    if (st == static_cast<std::uint8_t>(LeaseState::free)) {
+      // Not probed; but attach will trylock it, so a corrupt one is worth reporting.
+      if (!lease_mutex_plausible(e.lease)) {
+        s.problems.push_back("free reader entry " + std::to_string(i) +
+                             "'s lease is not a robust process-shared mutex (kind " +
+                             hex(static_cast<std::uint32_t>(mutex_kind(e.lease))) + ")");
+      }
+      continue;
+    }
     if (st != static_cast<std::uint8_t>(LeaseState::active)) {
       s.problems.push_back("reader entry " + std::to_string(i) + " has unknown state " +
                            std::to_string(st));
@@ -77,13 +146,15 @@ Snapshot inspect(std::string_view name) {
     active_mask |= SlotWord::bit(i);
     ReaderInfo r;
     r.index = i;
-    r.alive = probe_alive(e.lease);
+    r.alive = probe_lease(e.lease, "reader " + std::to_string(i), s.problems);
     r.pid = e.pid.load(std::memory_order_relaxed);
     r.generation = LeaseWord::generation(w);
     r.instance_id = e.instance_id.load(std::memory_order_relaxed);
     const std::uint32_t pol = e.policy.load(std::memory_order_relaxed);
     r.policy = pol == 1 ? ReadPolicy::sequential : ReadPolicy::latest;
-    if (pol > 1) s.problems.push_back("reader " + std::to_string(i) + " has policy " + std::to_string(pol));
+    if (pol > 1) {
+      s.problems.push_back("reader " + std::to_string(i) + " has policy " + std::to_string(pol));
+    }
     r.frames_read = e.frames_read.load(std::memory_order_relaxed);
     r.overruns = e.overruns.load(std::memory_order_relaxed);
     r.last_sequence = e.last_sequence.load(std::memory_order_relaxed);
@@ -96,7 +167,8 @@ Snapshot inspect(std::string_view name) {
     s.readers.push_back(std::move(r));
   }
 
-  const std::uint64_t valid_bits = g.max_readers == 64 ? ~0ULL : (1ULL << g.max_readers) - 1;
+  const std::uint64_t valid_bits = (1ULL << g.max_readers) - 1;  // max_readers <= 32
+  std::uint64_t free_holders = 0;  // bits set in slots whose reader entry read as free
   s.slots_info.reserve(g.slots);
   for (std::uint32_t i = 0; i < g.slots; ++i) {
     Slot& slot = view.slot(i);
@@ -119,42 +191,101 @@ Snapshot inspect(std::string_view name) {
       si.state = SlotState::empty;
     }
     if ((si.reader_mask & ~valid_bits) != 0) {
-      s.problems.push_back("slot " + std::to_string(i) + " has reader bits beyond max_readers: 0x" +
-                           std::to_string(si.reader_mask));
+      s.problems.push_back("slot " + std::to_string(i) + " has reader bits beyond max_readers: " +
+                           hex(si.reader_mask & ~valid_bits));
     }
-    if ((si.reader_mask & valid_bits & ~active_mask) != 0) {
-      s.problems.push_back("slot " + std::to_string(i) + " is held by free reader entries (mask " +
-                           std::to_string(si.reader_mask & ~active_mask) + ")");
-    }
-    if (si.bytes > g.frame_bytes) {
+    free_holders |= si.reader_mask & valid_bits & ~active_mask;
+    if (si.bytes > g.frame_bytes && si.state != SlotState::writing) {
       s.problems.push_back("slot " + std::to_string(i) + " claims " + std::to_string(si.bytes) +
                            " bytes in frames of " + std::to_string(g.frame_bytes));
-    }
-    if (si.sequence > s.producer.head && si.state != SlotState::writing) {
-      s.problems.push_back("slot " + std::to_string(i) + " has sequence " +
-                           std::to_string(si.sequence) + " beyond head " +
-                           std::to_string(s.producer.head));
     }
     for (auto& r : s.readers) {
       if ((si.reader_mask & SlotWord::bit(r.index)) != 0) r.held_slots.push_back(i);
     }
     s.slots_info.push_back(si);
   }
+
+  // Cross-checks against values read before the slots, re-read now so that a producer or reader
+  // acting during the snapshot is not reported as corruption.
+  //  * Sequences: a slot read as published carries at most head + 1, where head is read after the
+  //    slot (the producer stores head (P4) after publishing the slot (P2), and our acquire load of
+  //    the slot word synchronises with P2, so a later load of head sees at least the previous
+  //    publication's head).
+  //  * Reader bits of entries that read as free: a reader may have attached (L1) and claimed a
+  //    slot after we read its entry; only an entry still free now is a problem.
+  const std::uint64_t head_after = LogWord::sequence(p.head.load(std::memory_order_acquire));
+  for (const SlotInfo& si : s.slots_info) {
+    if (si.state != SlotState::writing && si.sequence > head_after &&
+        si.sequence - head_after > 1) {
+      s.problems.push_back("slot " + std::to_string(si.index) + " has sequence " +
+                           std::to_string(si.sequence) + " beyond head " +
+                           std::to_string(head_after));
+    }
+  }
+  if (free_holders != 0) {
+    std::uint64_t still_free = 0;
+    for (std::uint32_t i = 0; i < g.max_readers; ++i) {
+      if ((free_holders & SlotWord::bit(i)) == 0) continue;
+      const std::uint64_t w = view.reader(i).lease_word.load(std::memory_order_acquire);
+      if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::free)) {
+        still_free |= SlotWord::bit(i);
+      }
+    }
+    for (const SlotInfo& si : s.slots_info) {
+      if ((si.reader_mask & still_free) != 0) {
+        s.problems.push_back("slot " + std::to_string(si.index) +
+                             " is held by free reader entries (mask " +
+                             hex(si.reader_mask & still_free) + ")");
+      }
+    }
+  }
   return s;
+}
+
+Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view name) {
+  const std::string ch = "ipcring: channel '" + std::string(name) + "': ";
+  if (reinterpret_cast<std::uintptr_t>(base) % kLine != 0) {
+    throw Error(Errc::invalid_argument, ch + "segment image is not aligned to " +
+                                            std::to_string(kLine) + " bytes");
+  }
+  if (size < sizeof(SegmentHeader)) {
+    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: the image is " +
+                                           std::to_string(size) + " bytes, smaller than its header");
+  }
+  // Validate a private copy, as open_segment does.
+  SegmentHeader copy;
+  std::memcpy(static_cast<void*>(&copy), base, sizeof copy);
+  const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
+  if (magic == 0) {
+    throw Error(Errc::not_ready, ch + "the segment image has no magic (never finished)");
+  }
+  if (magic != kMagic) {
+    throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
+                                            hex(magic) + ", expected " + hex(kMagic));
+  }
+  const Geometry g = validate_header(copy, size, name);
+  return snapshot_view(SegmentView{base, g}, name, 0, 0);
+}
+
+}  // namespace detail
+
+Snapshot inspect(std::string_view name) {
+  using namespace detail;
+  OpenedSegment opened = open_segment(name);
+  return snapshot_view(opened.mapping->view, name, opened.owner_uid, opened.mode);
 }
 
 std::vector<std::string> list_channels() {
   std::vector<std::string> names;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return names;
-  while (dirent* d = readdir(dir)) {
-    std::string_view n(d->d_name);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = entry.path().filename().string();
+    std::string_view n(file);
     if (!n.starts_with("ipcring.")) continue;
     n.remove_prefix(8);
     if (n.ends_with(".frames")) continue;
     names.emplace_back(n);
   }
-  closedir(dir);
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -162,7 +293,20 @@ std::vector<std::string> list_channels() {
 std::size_t reap_dead_readers(std::string_view name) {
   using namespace detail;
   OpenedSegment opened = open_segment(name);
-  const std::size_t n = detail::reap_dead_readers(opened.mapping->view, nullptr);
+  const SegmentView& view = opened.mapping->view;
+  // The reaper trylocks every active entry's mutex: refuse a segment where one is not a mutex we
+  // made (glibc may abort on such bytes; see lease_mutex_plausible).
+  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+    ReaderEntry& e = view.reader(i);
+    if (is_active(e.lease_word.load(std::memory_order_acquire)) &&
+        !lease_mutex_plausible(e.lease)) {
+      throw Error(Errc::corrupt_segment,
+                  "ipcring: channel '" + std::string(name) + "': corrupt control segment: reader " +
+                      std::to_string(i) + "'s lease is not a robust process-shared mutex (kind " +
+                      hex(static_cast<std::uint32_t>(mutex_kind(e.lease))) + "); not reaping");
+    }
+  }
+  const std::size_t n = detail::reap_dead_readers(view, nullptr);
   if (n != 0) {
     opened.mapping->view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/errno_text.hpp"
 #include "common/clock.hpp"
 #include "core.hpp"
 #include "ipcring/error.hpp"
@@ -65,13 +66,13 @@ void check_config(std::string_view name, const ChannelConfig& c) {
 void init_segment(const SegmentView& view) {
   ProducerBlock& p = view.producer();
   if (int rc = init_robust_mutex(p.lease); rc != 0) {
-    throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(strerror(rc)));
+    throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(errno_text(rc)));
   }
   p.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
     if (int rc = init_robust_mutex(e.lease); rc != 0) {
-      throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(strerror(rc)));
+      throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(errno_text(rc)));
     }
     e.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
   }
@@ -164,7 +165,8 @@ std::uint32_t ProducerCore::find_free(bool allow_newest) noexcept {
   return UINT32_MAX;
 }
 
-Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self) noexcept {
+Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
+                                CudaStream stream) noexcept {
   if (forked()) return Status::forked;
   if (loan_out) return Status::loan_outstanding;
   const std::uint64_t now = monotonic_ns();
@@ -187,15 +189,17 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self) noexc
   }
   cursor = i;
   Slot& slot = view.slot(i);
+  // Before the descriptor is touched: a slot refused here (CUDA: a reader's GPU work may still
+  // read it) keeps its published frame.
+  if (const Status st = pool->prepare_write(i, stream); st != Status::ok) {
+    unclaim(slot);
+    return st;
+  }
   // The slot is ours (W): nobody reads the descriptor until we publish. Zero the sequence so a
   // dropped loan leaves an empty slot.
   slot.sequence.store(0, std::memory_order_relaxed);
   slot.metadata_bytes.store(0, std::memory_order_relaxed);
   if (newest_slot == i) newest_slot = UINT32_MAX;
-  if (const Status st = pool->prepare_write(i); st != Status::ok) {
-    unclaim(slot);
-    return st;
-  }
   Loan l;
   l.core_ = self;
   l.data_ = pool->buffer(i);
@@ -249,8 +253,9 @@ std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream strea
   ProducerBlock& p = view.producer();
   // (P3) release, pairs with (R2): a reader that finds this log entry finds the slot published.
   view.log(seq).store(LogWord::make(seq, i), std::memory_order_release);
-  // (P4) release, pairs with (R1): a reader that sees head = seq finds the log entry (P3).
-  p.head.store(seq, std::memory_order_release);
+  // (P4) release, pairs with (R1): a reader that sees head = (seq, i) finds the slot published
+  // (P2) and the log entry (P3).
+  p.head.store(LogWord::make(seq, i), std::memory_order_release);
   ++published;
   p.published.store(published, std::memory_order_relaxed);  // telemetry; only we write it
   p.last_publish_ns.store(now, std::memory_order_relaxed);
@@ -440,7 +445,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
       core->holds_lease = false;
       throw;
     }
-    core->next_sequence = p.head.load(std::memory_order_relaxed) + 1;
+    core->next_sequence = LogWord::sequence(p.head.load(std::memory_order_relaxed)) + 1;
     core->published = p.published.load(std::memory_order_relaxed);
     core->readers_reaped = p.readers_reaped.load(std::memory_order_relaxed);
     core->loan_failures = p.loan_failures.load(std::memory_order_relaxed);
@@ -461,12 +466,17 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
 }
 
 Result<Loan> Producer::loan() noexcept { return core_->loan(core_); }
+Result<Loan> Producer::loan(CudaStream stream) noexcept { return core_->loan(core_, stream); }
 
 Result<Loan> Producer::loan(std::chrono::nanoseconds timeout) noexcept {
+  return loan(timeout, nullptr);
+}
+
+Result<Loan> Producer::loan(std::chrono::nanoseconds timeout, CudaStream stream) noexcept {
   const std::uint64_t deadline = detail::monotonic_ns() + static_cast<std::uint64_t>(
                                                               std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
-    Result<Loan> r = core_->loan(core_);
+    Result<Loan> r = core_->loan(core_, stream);
     if (r || r.status() != Status::no_free_slot) return r;
     if (detail::monotonic_ns() >= deadline) return Status::timeout;
     std::this_thread::sleep_for(std::chrono::microseconds(100));

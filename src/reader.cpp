@@ -42,11 +42,15 @@ bool ReaderCore::producer_alive() noexcept {
 }
 
 Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
-                                bool& lost) noexcept {
+                                std::uint64_t head, bool& lost) noexcept {
   lost = true;
-  // (R2) acquire, pairs with (P3).
-  const std::uint64_t e = view.log(target).load(std::memory_order_acquire);
-  if (LogWord::sequence(e) != target) return Status::no_frame;  // overwritten in the log
+  // The newest frame's slot travels in head itself; older ones are found in the log.
+  std::uint64_t e = head;
+  if (LogWord::sequence(head) != target) {
+    // (R2) acquire, pairs with (P3).
+    e = view.log(target).load(std::memory_order_acquire);
+    if (LogWord::sequence(e) != target) return Status::no_frame;  // overwritten in the log
+  }
   const std::uint32_t i = LogWord::slot(e);
   if (i >= view.geo.slots) return Status::no_frame;  // corrupt entry: never index with it
   Slot& slot = view.slot(i);
@@ -100,12 +104,12 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
     // A new producer took the channel over: report the end of the old epoch once. Frames of the
     // old epoch are never returned again (the descriptor's epoch is checked at every claim).
     epoch = LeaseWord::generation(pw);
-    closed_reported = false;
+    gone_reported = false;
     return Status::producer_gone;
   }
   if (LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed)) {
-    if (!closed_reported) {
-      closed_reported = true;
+    if (!gone_reported) {
+      gone_reported = true;
       return Status::producer_gone;
     }
     return Status::no_frame;
@@ -115,8 +119,10 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
   // Latest: a bounded number of tries (head moves while we claim). Sequential: walk forward from
   // the next sequence, counting frames that are gone as overruns; at most log_size steps.
   for (int attempt = 0; attempt < 8; ++attempt) {
-    // (R1) acquire, pairs with (P4): the log entry of `head` is visible.
-    const std::uint64_t head = p.head.load(std::memory_order_acquire);
+    // (R1) acquire, pairs with (P4): the slot of `head` is published and the log entries up to
+    // it are visible.
+    const std::uint64_t head_word = p.head.load(std::memory_order_acquire);
+    const std::uint64_t head = LogWord::sequence(head_word);
     if (head <= last_sequence) return Status::no_frame;
     std::uint64_t target = options.policy == ReadPolicy::latest ? head : last_sequence + 1;
     if (options.policy == ReadPolicy::sequential && head - target >= view.geo.log_size) {
@@ -124,7 +130,7 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
     }
     for (; target <= head; ++target) {
       bool lost = false;
-      Result<Frame> r = claim(self, target, lost);
+      Result<Frame> r = claim(self, target, head_word, lost);
       if (r) {
         const std::uint64_t skipped = target - last_sequence - 1;
         r->skipped_ = last_sequence == 0 ? 0 : skipped;
@@ -172,7 +178,7 @@ Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
   const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, options.spin.count()));
   while (monotonic_ns() < std::min(spin_end, deadline)) {
     for (int k = 0; k < 64; ++k) {
-      if (p.head.load(std::memory_order_relaxed) > last_sequence) break;
+      if (LogWord::sequence(p.head.load(std::memory_order_relaxed)) > last_sequence) break;
       cpu_relax();
     }
     r = try_read(self);
@@ -188,7 +194,12 @@ Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
       if (!producer_alive()) {
         r = try_read(self);  // report an epoch change, or the frames left
         if (r || r.status() != Status::no_frame) return r;
-        return Status::producer_gone;
+        // Report a dead or closed producer once per epoch; afterwards wait (bounded by the
+        // timeout) for a new producer to take over, which try_read reports as an epoch change.
+        if (!gone_reported) {
+          gone_reported = true;
+          return Status::producer_gone;
+        }
       }
       next_probe = now + probe_ns;
     }
@@ -284,6 +295,7 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
       core->bit = SlotWord::bit(i);
       core->holds_lease = true;
       core->entry_generation = take_reader_entry(view, i, core->instance_id, options.policy);
+      core->pool->attached(i);
       break;
     }
   }
@@ -301,10 +313,9 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   ProducerBlock& p = view.producer();
   const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
   core->epoch = LeaseWord::generation(pw);
-  core->closed_reported =
-      LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed);
+  core->gone_reported = LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed);
   // Both policies start with the newest frame present at attach.
-  const std::uint64_t head = p.head.load(std::memory_order_acquire);
+  const std::uint64_t head = LogWord::sequence(p.head.load(std::memory_order_acquire));
   core->last_sequence = head > 0 ? head - 1 : 0;
   return Reader(std::move(core));
 }
@@ -320,6 +331,9 @@ std::uint64_t Reader::epoch() const noexcept { return core_->epoch; }
 std::string_view Reader::name() const noexcept { return core_->name; }
 std::size_t Reader::frame_bytes() const noexcept { return core_->view.geo.frame_bytes; }
 std::uint32_t Reader::max_held() const noexcept { return core_->view.geo.max_held; }
+Backend Reader::backend() const noexcept {
+  return core_->view.geo.backend == 2 ? Backend::cuda : Backend::host;
+}
 
 // ---- Frame ---------------------------------------------------------------------------------
 

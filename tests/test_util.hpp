@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ipcring/ipcring.hpp"
+#include "pattern.hpp"
 
 namespace ipcring::test {
 
@@ -34,25 +35,12 @@ class ScopedChannel {
   std::string name_;
 };
 
-// The payload pattern of ringpub/ringsub: word k of frame `seq` is a mix of both.
-inline std::uint64_t pattern_word(std::uint64_t seq, std::uint64_t k) {
-  std::uint64_t x = seq * 0x9e3779b97f4a7c15ULL + k * 0xbf58476d1ce4e5b9ULL + 1;
-  x ^= x >> 31;
-  return x;
-}
+// The payload pattern of ringpub/ringsub (tools/pattern.hpp).
 inline void fill_pattern(std::byte* p, std::size_t bytes, std::uint64_t seq) {
-  for (std::size_t k = 0; k < bytes / 8; ++k) {
-    const std::uint64_t w = pattern_word(seq, k);
-    std::memcpy(p + k * 8, &w, 8);
-  }
+  pattern::fill(p, bytes, seq);
 }
 inline bool check_pattern(const std::byte* p, std::size_t bytes, std::uint64_t seq) {
-  for (std::size_t k = 0; k < bytes / 8; ++k) {
-    std::uint64_t w;
-    std::memcpy(&w, p + k * 8, 8);
-    if (w != pattern_word(seq, k)) return false;
-  }
-  return true;
+  return pattern::check(p, bytes, seq);
 }
 
 }  // namespace ipcring::test

@@ -77,6 +77,8 @@ struct Snapshot {
   std::uint32_t owner_uid = 0;
   std::uint32_t mode = 0;
   std::uint64_t taken_ns = 0;  // CLOCK_MONOTONIC when the snapshot was taken
+  std::uint64_t created_unix_ns = 0;  // CLOCK_REALTIME when the channel was created (display only)
+  std::uint64_t reap_period_ns = 0;   // the producer's periodic reap, as configured at creation
   ProducerInfo producer;
   std::vector<SlotInfo> slots_info;   // "slots" in JSON
   std::vector<ReaderInfo> readers;    // entries in use: alive, or dead and not yet reaped

@@ -43,6 +43,15 @@ class Producer {
   Result<Loan> loan() noexcept;
   // Like loan(), retrying (reaping between tries) until `timeout` runs out.
   Result<Loan> loan(std::chrono::nanoseconds timeout) noexcept;
+  // CUDA backend: the loan's buffer will be written by work queued on `stream`. Readers that held
+  // the buffer may still have GPU work reading it (they released it with Frame::release(stream));
+  // these loans make `stream` wait for that work on the GPU (cudaStreamWaitEvent on the readers'
+  // release fences) instead of reporting the slot as not free, so the CPU never waits. The plain
+  // loan() hands out a buffer only when no GPU work of a reader can still read it (otherwise
+  // Status::no_free_slot), so any stream, or a synchronous copy, may write it. Host backend: same
+  // as loan() / loan(timeout).
+  Result<Loan> loan(CudaStream stream) noexcept;
+  Result<Loan> loan(std::chrono::nanoseconds timeout, CudaStream stream) noexcept;
 
   // Publishes the loan's first `bytes` bytes and returns the frame's sequence number. Makes no
   // system call unless a reader sleeps in read(). Throws Error(Errc::invalid_argument) only for a

@@ -35,8 +35,10 @@ class Reader {
   // Status::evicted when this reader's lease was taken away (it must attach again).
   Result<Frame> try_read() noexcept;
   // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
-  // Status::timeout when `timeout` runs out, Status::producer_gone when the producer is found dead
-  // or closed while waiting (probed every options.producer_probe).
+  // Status::timeout when `timeout` runs out. Status::producer_gone when the producer is found dead
+  // or closed while waiting (probed every options.producer_probe) — once per epoch, like
+  // try_read(): later calls wait for a new producer to take over (its epoch change is reported as
+  // producer_gone too, then its frames are returned).
   Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
 
   std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
@@ -46,6 +48,7 @@ class Reader {
   std::string_view name() const noexcept;
   std::size_t frame_bytes() const noexcept;
   std::uint32_t max_held() const noexcept;
+  Backend backend() const noexcept;         // where the channel's frames live
 
  private:
   explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;

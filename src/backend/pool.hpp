@@ -23,10 +23,13 @@ class ProducerPool {
   virtual ~ProducerPool() = default;
   // Buffer of `slot` for writing (host pointer or device pointer).
   virtual std::byte* buffer(std::uint32_t slot) noexcept = 0;
-  // Called after the slot was claimed for writing and before the loan is handed out. CUDA: make
-  // the producer's work wait on the release fences of the readers that last held the slot.
-  virtual Status prepare_write(std::uint32_t slot) noexcept {
+  // Called after the slot was claimed for writing and before the loan is handed out. CUDA: the
+  // release fences of the readers that last held the slot must be complete before the buffer is
+  // written: with a `stream` (Producer::loan(stream)), make `stream` wait for the ones still
+  // running, on the GPU; without one, return Status::no_free_slot while any is still running.
+  virtual Status prepare_write(std::uint32_t slot, CudaStream stream) noexcept {
     (void)slot;
+    (void)stream;
     return Status::ok;
   }
   // Called after the payload is written and before the slot is published. CUDA: record the
@@ -54,13 +57,16 @@ class ReaderPool {
     (void)stream;
     return Status::ok;
   }
-  // CUDA: record this reader's release fence for `slot` on `stream` (nullptr: synchronise the CPU
-  // with the reader's work first, then record on the legacy stream).
+  // CUDA: record this reader's release fence for `slot` on `stream` (nullptr: on the legacy
+  // default stream, which orders it after the reader's work on the legacy stream and on blocking
+  // streams). Called before the reader's bit is cleared in the slot word.
   virtual void release_fence(std::uint32_t slot, std::uint32_t reader, CudaStream stream) noexcept {
     (void)slot;
     (void)reader;
     (void)stream;
   }
+  // Called once the reader holds its table entry `reader` (the bit of its release fences).
+  virtual void attached(std::uint32_t reader) noexcept { (void)reader; }
 };
 
 // Factories. `view` is the validated control segment; `name` the channel name (for messages and

@@ -1,3 +1,4 @@
+#include "common/errno_text.hpp"
 #include "lease/lease.hpp"
 
 #include <sys/mman.h>
@@ -201,12 +202,12 @@ void self_test_robust_mutexes() {
     void* mem = mmap(nullptr, sizeof(MutexStorage), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
-      why = std::string("mmap: ") + std::strerror(errno);
+      why = std::string("mmap: ") + errno_text(errno);
       return;
     }
     auto* storage = new (mem) MutexStorage{};
     if (int rc = init_robust_mutex(*storage); rc != 0) {
-      why = std::string("pthread_mutex_init: ") + std::strerror(rc);
+      why = std::string("pthread_mutex_init: ") + errno_text(rc);
     } else {
       const pid_t child = fork();
       if (child == 0) {
@@ -214,7 +215,7 @@ void self_test_robust_mutexes() {
         _exit(0);  // dies holding the mutex
       }
       if (child < 0) {
-        why = std::string("fork: ") + std::strerror(errno);
+        why = std::string("fork: ") + errno_text(errno);
       } else {
         int status = 0;
         while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
@@ -225,7 +226,7 @@ void self_test_robust_mutexes() {
           pthread_mutex_unlock(as_mutex(*storage));
           ok = true;
         } else {
-          why = std::string("a mutex whose owner died gave ") + std::strerror(probe) +
+          why = std::string("a mutex whose owner died gave ") + errno_text(probe) +
                 " instead of EOWNERDEAD";
           if (probe == 0) pthread_mutex_unlock(as_mutex(*storage));
         }

@@ -49,7 +49,7 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: head carries (sequence, slot)
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;    // one bit per reader in the slot state word
@@ -189,7 +189,9 @@ struct alignas(kLine) ProducerBlock {
   std::atomic<std::uint64_t> started_ns;    // CLOCK_MONOTONIC at takeover
   alignas(kLine)
   // Line 1: producer-written hot words.
-  std::atomic<std::uint64_t> head;          // sequence of the newest published frame, 0 = none
+  std::atomic<std::uint64_t> head;          // LogWord (sequence, slot) of the newest frame; 0 =
+                                            // none. Carrying the slot saves latest-policy readers
+                                            // the publication log's cache line.
   std::atomic<std::uint32_t> wake;          // futex word: incremented on every publication
   std::uint32_t reserved1;
   std::atomic<std::uint64_t> published;     // frames published over all epochs

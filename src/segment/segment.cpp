@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/inspect.hpp"
 
@@ -54,7 +55,6 @@ namespace ipcring::detail {
 
 namespace {
 
-std::string errno_text(int err) { return std::string(std::strerror(err)); }
 
 [[noreturn]] void throw_system(std::string_view channel, const std::string& what, int err) {
   Errc code = Errc::system_error;
@@ -123,7 +123,7 @@ std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry
   try {
     // O_CREAT|O_EXCL; Boost applies the permissions again with fchmod, so the umask cannot
     // narrow them.
-    bip::permissions perm(mode & 0777);
+    bip::permissions perm(static_cast<int>(mode & 0777));
     bip::shared_memory_object shm(bip::create_only, object.c_str(), bip::read_write, perm);
     shm.truncate(static_cast<bip::offset_t>(geo.segment_bytes));  // size set before validation
     fd = dup(shm.get_mapping_handle().handle);

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/errno_text.hpp"
 #include "backend/pool.hpp"
 #include "ipcring/error.hpp"
 #include "segment/segment.hpp"
@@ -31,7 +32,7 @@ class HostMapping {
         // garbage (its control segment is gone, or we would not be creating one): replace it.
         bip::shared_memory_object::remove(object.c_str());
         bip::shared_memory_object shm(bip::create_only, object.c_str(), bip::read_write,
-                                      bip::permissions(req.mode & 0777));
+                                      bip::permissions(static_cast<int>(req.mode & 0777)));
         shm.truncate(static_cast<bip::offset_t>(bytes_));
         fd_ = dup(shm.get_mapping_handle().handle);
       } else {
@@ -44,7 +45,7 @@ class HostMapping {
                                                               : Errc::system_error,
                   ch + "frame pool /dev/shm/" + object + ": " + e.what());
     }
-    if (fd_ < 0) throw Error(Errc::system_error, ch + "dup: " + std::strerror(errno));
+    if (fd_ < 0) throw Error(Errc::system_error, ch + "dup: " + errno_text(errno));
     struct stat st{};
     if (fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes_) {
       const auto found = static_cast<unsigned long long>(st.st_size);
@@ -59,7 +60,7 @@ class HostMapping {
       const int err = errno;
       close(fd_);
       throw Error(Errc::system_error, ch + "mmap of the frame pool (" + std::to_string(bytes_) +
-                                          " bytes): " + std::strerror(err));
+                                          " bytes): " + errno_text(err));
     }
     stride_ = req.view.geo.frame_stride;
   }

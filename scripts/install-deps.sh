@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ipcring needs that are missing. Idempotent; quiet when all are there.
+# Usage: scripts/install-deps.sh [--minimal]   (--minimal: only what the library, tools and C++
+# tests need; without it also Python/PyTorch, iceoryx, spin, clang fuzzing and plotting)
+set -euo pipefail
+
+core=(cmake g++ make pkg-config libboost-dev doctest-dev libbenchmark-dev libcli11-dev
+      nlohmann-json3-dev)
+extra=(clang libclang-rt-14-dev clang-tidy spin python3-dev pybind11-dev libdlpack-dev
+       python3-numpy python3-pytest python3-torch iceoryx libiceoryx-posh-dev
+       libiceoryx-hoofs-dev gnuplot-nox)
+want=("${core[@]}")
+[[ "${1:-}" == "--minimal" ]] || want+=("${extra[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

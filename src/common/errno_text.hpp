@@ -1,0 +1,16 @@
+// errno_text.hpp — thread-safe text of an errno value (strerror is not thread-safe).
+#pragma once
+
+#include <cstring>
+#include <string>
+
+namespace ipcring::detail {
+
+inline std::string errno_text(int err) {
+  char buffer[128];
+  // GNU strerror_r: returns a pointer to the message (in `buffer` or a static string).
+  const char* text = strerror_r(err, buffer, sizeof buffer);
+  return std::string(text);
+}
+
+}  // namespace ipcring::detail

@@ -1,0 +1,26 @@
+# Installs the built project into a scratch prefix, then configures, builds and runs a consumer
+# project against it with find_package(ipcring CONFIG REQUIRED), and checks ipcring.pc.
+file(REMOVE_RECURSE ${WORK_DIR})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BINARY_DIR} --prefix ${WORK_DIR}/prefix
+                RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build
+                -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "configuring the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/build RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "building the consumer failed: ${rc}")
+endif()
+execute_process(COMMAND ${WORK_DIR}/build/app RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "the consumer failed: ${rc}")
+endif()
+file(GLOB pc ${WORK_DIR}/prefix/lib*/pkgconfig/ipcring.pc ${WORK_DIR}/prefix/lib/*/pkgconfig/ipcring.pc)
+if(NOT pc)
+  message(FATAL_ERROR "ipcring.pc was not installed")
+endif()
+message(STATUS "consumer built and ran against ${WORK_DIR}/prefix; pkg-config file ${pc}")

@@ -1,0 +1,40 @@
+// pattern.hpp — the payload pattern of ringpub/ringsub and the tests: every 8-byte word of frame
+// `sequence` at word offset k is a function of both, so a reader can verify a frame it holds and
+// notice if it was overwritten while held.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ipcring::pattern {
+
+inline std::uint64_t word(std::uint64_t sequence, std::uint64_t k) noexcept {
+  std::uint64_t x = sequence * 0x9e3779b97f4a7c15ULL + k * 0xbf58476d1ce4e5b9ULL + 1;
+  x ^= x >> 31;
+  return x;
+}
+
+inline void fill(std::byte* p, std::size_t bytes, std::uint64_t sequence) noexcept {
+  for (std::size_t k = 0; k < bytes / 8; ++k) {
+    const std::uint64_t w = word(sequence, k);
+    std::memcpy(p + k * 8, &w, 8);
+  }
+}
+
+// Returns the index of the first wrong word, or SIZE_MAX when the frame is intact.
+inline std::size_t first_mismatch(const std::byte* p, std::size_t bytes,
+                                  std::uint64_t sequence) noexcept {
+  for (std::size_t k = 0; k < bytes / 8; ++k) {
+    std::uint64_t w;
+    std::memcpy(&w, p + k * 8, 8);
+    if (w != word(sequence, k)) return k;
+  }
+  return SIZE_MAX;
+}
+
+inline bool check(const std::byte* p, std::size_t bytes, std::uint64_t sequence) noexcept {
+  return first_mismatch(p, bytes, sequence) == SIZE_MAX;
+}
+
+}  // namespace ipcring::pattern
