@@ -1,0 +1,159 @@
+// cuda_api.hpp — the narrow CUDA interface of the CUDA frame pool.
+//
+// The pool (cuda_pool.cpp) makes exactly these calls and no others. Two implementations exist:
+// cuda_api_cudart.cpp forwards each call to the CUDA runtime (libcudart, never libcuda: the build
+// links CUDA::cudart only), and tests/unit/fake_cuda.cpp simulates devices, IPC handles, events
+// and streams in host memory so the import cache, the fences and the lifetime rules are tested on
+// machines without a GPU.
+//
+// This header does not include any CUDA header: the types below mirror the runtime's
+// (cuda_api_cudart.cpp checks the sizes and the error values with static_assert), so the pool and
+// the fake compile without the CUDA Toolkit.
+//
+// Every call is noexcept and reports a CudaErr; none throws. The current device is per thread,
+// as in the runtime.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ipcring/frame.hpp"  // CudaStream
+
+struct CUevent_st;  // cudaEvent_t without including CUDA headers
+
+namespace ipcring::detail {
+
+// cudaError_t values the pool tells apart (the numbers are the runtime's; any other value is
+// passed through unchanged and named by CudaApi::error_name).
+enum class CudaErr : int {
+  success = 0,
+  invalid_value = 1,
+  memory_allocation = 2,
+  initialization_error = 3,
+  insufficient_driver = 35,
+  no_device = 100,
+  invalid_device = 101,
+  device_uninitialized = 201,
+  map_buffer_object_failed = 205,
+  already_mapped = 208,
+  peer_access_unsupported = 217,
+  invalid_resource_handle = 400,
+  not_ready = 600,
+  not_supported = 801,
+  unknown = 999,
+};
+
+using CudaEvent = CUevent_st*;
+
+inline constexpr std::size_t kIpcHandleBytes = 64;
+
+struct CudaIpcMemHandle {
+  unsigned char bytes[kIpcHandleBytes];
+};
+struct CudaIpcEventHandle {
+  unsigned char bytes[kIpcHandleBytes];
+};
+struct CudaUuid {
+  unsigned char bytes[16];
+};
+
+// Device attributes the capability probe reads (values are cudaDeviceAttr's).
+enum class CudaAttr : int {
+  integrated = 18,          // cudaDevAttrIntegrated: shares memory with the host (Jetson, DRIVE)
+  unified_addressing = 41,  // cudaDevAttrUnifiedAddressing: required by CUDA IPC
+  ipc_event_support = 125,  // cudaDevAttrIpcEventSupport
+};
+
+class CudaApi {
+ public:
+  virtual ~CudaApi() = default;
+
+  // Devices.
+  virtual CudaErr get_device_count(int& count) noexcept = 0;
+  virtual CudaErr get_device(int& device) noexcept = 0;  // current device of the calling thread
+  virtual CudaErr set_device(int device) noexcept = 0;
+  virtual CudaErr device_uuid(int device, CudaUuid& uuid) noexcept = 0;
+  virtual CudaErr device_attribute(CudaAttr attr, int device, int& value) noexcept = 0;
+  virtual CudaErr can_access_peer(int device, int peer, int& can) noexcept = 0;
+
+  // Memory (on the current device).
+  virtual CudaErr malloc(void** ptr, std::size_t bytes) noexcept = 0;
+  virtual CudaErr free(void* ptr) noexcept = 0;
+  virtual CudaErr ipc_get_mem_handle(CudaIpcMemHandle& handle, void* ptr) noexcept = 0;
+  // Opens with cudaIpcMemLazyEnablePeerAccess in the current device's context.
+  virtual CudaErr ipc_open_mem_handle(void** ptr, const CudaIpcMemHandle& handle) noexcept = 0;
+  virtual CudaErr ipc_close_mem_handle(void* ptr) noexcept = 0;
+
+  // Events. create_ipc_event: cudaEventInterprocess | cudaEventDisableTiming, current device.
+  virtual CudaErr create_ipc_event(CudaEvent& event) noexcept = 0;
+  virtual CudaErr destroy_event(CudaEvent event) noexcept = 0;
+  // stream nullptr: the legacy default stream of the current device (cudaStreamLegacy).
+  virtual CudaErr record_event(CudaEvent event, CudaStream stream) noexcept = 0;
+  virtual CudaErr query_event(CudaEvent event) noexcept = 0;  // success or not_ready
+  virtual CudaErr synchronize_event(CudaEvent event) noexcept = 0;
+  virtual CudaErr ipc_get_event_handle(CudaIpcEventHandle& handle, CudaEvent event) noexcept = 0;
+  virtual CudaErr ipc_open_event_handle(CudaEvent& event,
+                                        const CudaIpcEventHandle& handle) noexcept = 0;
+
+  // Streams. create_stream: cudaStreamNonBlocking on the current device (the pools' private
+  // streams must not be serialised with the legacy stream).
+  virtual CudaErr create_stream(CudaStream& stream) noexcept = 0;
+  virtual CudaErr destroy_stream(CudaStream stream) noexcept = 0;
+  // stream nullptr: the legacy default stream of the current device.
+  virtual CudaErr stream_wait_event(CudaStream stream, CudaEvent event) noexcept = 0;
+  virtual CudaErr stream_synchronize(CudaStream stream) noexcept = 0;
+
+  // Returns and clears the calling thread's last non-sticky error (cudaGetLastError), so one
+  // failed call does not make later, unrelated calls report it.
+  virtual CudaErr get_last_error() noexcept = 0;
+  // "cudaErrorNoDevice" etc.; never null.
+  virtual const char* error_name(CudaErr err) noexcept = 0;
+};
+
+// Sets the calling thread's current device for a scope and restores the previous one. Used for
+// every call whose meaning depends on the current device (allocation, IPC open and close, event
+// creation, the legacy stream), so the pool never depends on, nor changes, the device the caller
+// happens to have selected.
+class DeviceGuard {
+ public:
+  DeviceGuard(CudaApi& api, int device) noexcept : api_(api) {
+    int current = -1;
+    err_ = api_.get_device(current);
+    if (err_ != CudaErr::success) return;
+    if (current != device) {
+      err_ = api_.set_device(device);
+      if (err_ == CudaErr::success) previous_ = current;
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)api_.set_device(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+  bool ok() const noexcept { return err_ == CudaErr::success; }
+  CudaErr error() const noexcept { return err_; }
+
+ private:
+  CudaApi& api_;
+  CudaErr err_ = CudaErr::success;
+  int previous_ = -1;
+};
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form nvidia-smi prints.
+inline std::string format_uuid(const unsigned char (&b)[16]) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[b[i] >> 4];
+    s += kHex[b[i] & 0xf];
+  }
+  return s;
+}
+inline std::string format_uuid(const CudaUuid& u) {
+  return format_uuid(u.bytes);
+}
+
+}  // namespace ipcring::detail

@@ -1,0 +1,459 @@
+// gpu_test.cpp — GPU tests of the CUDA backend: a producer and readers in separate processes,
+// frames written by a kernel and verified by a kernel.
+//
+//   ipcring_gpu_tests <case>      the driver: runs one case; exit 0 passed, 1 failed, 77 skipped
+//   ipcring_gpu_tests --list      the cases
+//   ipcring_gpu_tests --probe     the GPUs this process sees; exit 77 when none
+//
+// The driver starts every role as a fresh process (fork + exec of this binary, so no process
+// inherits a CUDA context): `ipcring_gpu_tests --role <role> <case> <channel> <notify-fd>
+// <device>`. Without a usable GPU every case prints "SKIPPED: ..." with the CUDA error and exits 77
+// (CTest's SKIP_RETURN_CODE).
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu_kernels.hpp"
+#include "ipcring/ipcring.hpp"
+
+// Each process here is single-threaded (the driver and every role): exit, setenv and friends are
+// safe, so the thread-safety check is off for this file.
+// NOLINTBEGIN(concurrency-mt-unsafe)
+
+using namespace ipcring;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kPass = 0;
+constexpr int kFail = 1;
+constexpr int kUsage = 2;
+constexpr int kAttachRefused =
+    3;  // reader: attach threw Errc::unsupported (expected in some cases)
+constexpr int kSkip = 77;
+
+struct Case {
+  const char* name;
+  const char* what;
+  std::uint32_t slots;
+  std::uint32_t readers;  // reader processes
+  std::size_t frame_bytes;
+  int frames;                     // frames the producer publishes
+  bool producer_stream;           // Producer::loan(timeout, stream) instead of loan(timeout)
+  std::uint64_t verify_delay_ns;  // reader: check each frame again after this long on the GPU
+  int pace_us;                    // producer: pause between frames
+  int gpus;                       // devices needed
+};
+
+const Case kCases[] = {
+    {"roundtrip", "2 readers verify 400 kernel-written frames (loan(stream))", 8, 2, 1 << 20, 400,
+     true, 0, 200, 1},
+    {"slow_reader_stream",
+     "a reader whose kernel checks each frame again 20 ms after release(stream) never sees the "
+     "next frame's data; the producer uses loan(stream)",
+     3, 1, 1 << 20, 60, true, 20'000'000, 0, 1},
+    {"slow_reader_plain", "same, the producer uses the plain loan(timeout)", 3, 1, 1 << 20, 60,
+     false, 20'000'000, 0, 1},
+    {"reader_killed_plain",
+     "a reader SIGKILLed while its kernel reads a released frame: the producer (plain loan) "
+     "recycles the slot and never hangs",
+     3, 1, 1 << 20, 1500, false, 0, 1000, 1},
+    {"reader_killed_stream",
+     "same with loan(stream): the GPU wait on the dead reader's fence is released (rescue record)",
+     3, 1, 1 << 20, 1500, true, 0, 1000, 1},
+    {"peer_reader", "a reader on another GPU: works with peer access, else a clear error", 4, 1,
+     1 << 20, 100, true, 0, 200, 2},
+    {"visible_devices",
+     "devices are matched by UUID: a reader with CUDA_VISIBLE_DEVICES renumbering finds the GPU, "
+     "one that hides it gets a clear error",
+     4, 1, 1 << 20, 100, true, 0, 200, 2},
+    {"latency", "latency from the producer's stream reaching publish to the reader's kernel start",
+     8, 1, 1 << 16, 2000, true, 0, 500, 1},
+};
+
+const Case* find_case(const std::string& name) {
+  for (const Case& c : kCases) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+#define CUDA_OK(call)                                                                           \
+  do {                                                                                          \
+    const cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
+      std::exit(kFail);                                                                         \
+    }                                                                                           \
+  } while (0)
+
+template <class T>
+cudaError_t device_alloc(T** ptr, std::size_t count) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+  *ptr = static_cast<T*>(p);
+  return e;
+}
+
+// Waits for `stream` without risking a hang: false after `limit`.
+bool sync_within(cudaStream_t stream, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) {
+      std::fprintf(stderr, "cudaStreamQuery: %s\n", cudaGetErrorName(e));
+      return false;
+    }
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(200us);
+  }
+}
+
+void notify(int fd, char c) {
+  if (fd >= 0) (void)!write(fd, &c, 1);
+}
+
+// ---- roles
+// ---------------------------------------------------------------------------------------
+
+int producer_role(const Case& c, const std::string& channel, int fd, int device) {
+  CUDA_OK(cudaSetDevice(device));
+  ChannelConfig config;
+  config.slots = c.slots;
+  config.max_readers = c.readers;
+  config.max_held = 1;
+  config.frame_bytes = c.frame_bytes;
+  config.backend = Backend::cuda;
+  config.cuda_device = device;
+  Producer p = Producer::create(channel, config);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  notify(fd, 'P');
+  const auto attach_deadline = Clock::now() + 30s;
+  while (inspect(channel).readers.size() < c.readers) {
+    if (Clock::now() > attach_deadline) {
+      std::fprintf(stderr, "producer: readers did not attach\n");
+      return kFail;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  const bool latency = std::string(c.name) == "latency";
+  const auto start = Clock::now();
+  for (int i = 0; i < c.frames; ++i) {
+    Result<Loan> loan = c.producer_stream ? p.loan(10s, stream) : p.loan(10s);
+    if (!loan) {
+      std::fprintf(stderr, "producer: loan of frame %d failed: %s\n", i, to_string(loan.status()));
+      return kFail;
+    }
+    CUDA_OK(
+        static_cast<cudaError_t>(gpu_fill(loan->data(), c.frame_bytes, loan->sequence(), stream)));
+    if (latency) CUDA_OK(static_cast<cudaError_t>(gpu_stamp(loan->data(), stream)));
+    p.publish(std::move(*loan), c.frame_bytes, stream);
+    if (c.pace_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(c.pace_us));
+    if (i % 16 == 15 && !sync_within(stream, 10s)) {
+      std::fprintf(stderr,
+                   "producer: its stream hung at frame %d (a release fence that never "
+                   "completes?)\n",
+                   i);
+      return kFail;
+    }
+  }
+  if (!sync_within(stream, 10s)) {
+    std::fprintf(stderr, "producer: its stream hung at the end\n");
+    return kFail;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("producer: %d frames in %.2f s, %llu readers reaped\n", c.frames, secs,
+              static_cast<unsigned long long>(inspect(channel).producer.readers_reaped));
+  const auto detach_deadline = Clock::now() + 30s;
+  while (!inspect(channel).readers.empty() && Clock::now() < detach_deadline) {
+    (void)p.reap_dead_readers();
+    std::this_thread::sleep_for(2ms);
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+  return kPass;
+}
+
+int reader_role(const Case& c, const std::string& channel, int fd, int device, bool kill_me) {
+  if (device >= 0) CUDA_OK(cudaSetDevice(device));
+  ReaderOptions options;
+  options.policy = std::string(c.name) == "latency" ? ReadPolicy::latest : ReadPolicy::sequential;
+  options.spin = 100us;
+  std::optional<Reader> reader;
+  try {
+    reader.emplace(Reader::attach(channel, options));
+  } catch (const Error& e) {
+    std::printf("reader: attach refused (%s): %s\n", to_string(e.code()), e.what());
+    return e.code() == Errc::unsupported ? kAttachRefused : kFail;
+  }
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  unsigned long long* errors = nullptr;
+  CUDA_OK(device_alloc(&errors, 1));
+  CUDA_OK(cudaMemset(errors, 0, sizeof *errors));
+  const bool latency = std::string(c.name) == "latency";
+  std::uint64_t* lat = nullptr;
+  if (latency) CUDA_OK(device_alloc(&lat, static_cast<std::size_t>(c.frames)));
+  notify(fd, 'A');
+  int frames = 0;
+  while (frames < c.frames) {
+    Result<Frame> f = reader->read(3s);
+    if (!f) {
+      if (f.status() == Status::producer_gone || f.status() == Status::timeout) break;
+      std::fprintf(stderr, "reader: read: %s\n", to_string(f.status()));
+      return kFail;
+    }
+    if (f->wait_on(stream) != Status::ok) {
+      std::fprintf(stderr, "reader: wait_on failed\n");
+      return kFail;
+    }
+    if (latency) {
+      CUDA_OK(static_cast<cudaError_t>(gpu_probe(f->data(), lat + frames, stream)));
+    } else {
+      CUDA_OK(static_cast<cudaError_t>(
+          gpu_verify(f->data(), f->size(), f->sequence(), c.verify_delay_ns, errors, stream)));
+    }
+    if (kill_me) {
+      // Keep the GPU reading the frame for 5 s, release it at once, and wait to be killed.
+      CUDA_OK(static_cast<cudaError_t>(gpu_spin(f->data(), 5'000'000'000ULL, errors, stream)));
+      f->release(stream);
+      notify(fd, 'R');
+      for (;;) pause();
+    }
+    f->release(stream);  // at once: the fence keeps the buffer ours until the kernel is done
+    ++frames;
+  }
+  CUDA_OK(cudaStreamSynchronize(stream));
+  unsigned long long bad = 0;
+  CUDA_OK(cudaMemcpy(&bad, errors, sizeof bad, cudaMemcpyDeviceToHost));
+  if (latency) {
+    std::vector<std::uint64_t> ns(static_cast<std::size_t>(frames));
+    CUDA_OK(cudaMemcpy(ns.data(), lat, ns.size() * sizeof(std::uint64_t), cudaMemcpyDeviceToHost));
+    std::sort(ns.begin(), ns.end());
+    auto pct = [&](double q) {
+      return ns.empty()
+                 ? 0.0
+                 : static_cast<double>(
+                       ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))]) /
+                       1000.0;
+    };
+    std::printf(
+        "latency (producer stream at publish -> reader kernel start), %d frames: "
+        "p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us\n",
+        frames, pct(0.5), pct(0.9), pct(0.99), pct(1.0));
+  }
+  std::printf("reader: %d frames, %llu corrupted words, %llu overruns\n", frames, bad,
+              static_cast<unsigned long long>(reader->overruns()));
+  reader.reset();
+  // The point is zero corrupted words; a slow reader under a fast producer reads few frames.
+  const int minimum = latency ? 100 : std::max(3, c.frames / 20);
+  return bad == 0 && frames >= minimum ? kPass : kFail;
+}
+
+// ---- driver
+// --------------------------------------------------------------------------------------
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;  // read end of its notification pipe
+  std::string role;
+};
+
+Child spawn(const std::string& role, const Case& c, const std::string& channel, int device,
+            const char* visible_devices = nullptr) {
+  int fds[2];
+  if (pipe(fds) != 0) std::exit(kFail);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    if (visible_devices != nullptr) setenv("CUDA_VISIBLE_DEVICES", visible_devices, 1);
+    const std::string fd = std::to_string(fds[1]);
+    const std::string dev = std::to_string(device);
+    execl("/proc/self/exe", "ipcring_gpu_tests", "--role", role.c_str(), c.name, channel.c_str(),
+          fd.c_str(), dev.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  return Child{pid, fds[0], role};
+}
+
+bool wait_for(const Child& ch, char c, std::chrono::seconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    char got = 0;
+    if (read(ch.fd, &got, 1) == 1 && got == c) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// The child's exit code, or -1 after killing it when it did not finish in time.
+int finish(const Child& ch, std::chrono::seconds limit) {
+  const auto end = Clock::now() + limit;
+  int status = 0;
+  while (Clock::now() < end) {
+    const pid_t r = waitpid(ch.pid, &status, WNOHANG);
+    if (r == ch.pid) {
+      close(ch.fd);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      std::fprintf(stderr, "%s: killed by signal %d\n", ch.role.c_str(), WTERMSIG(status));
+      return -1;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  std::fprintf(stderr, "%s: did not finish within %lld s (hang): killing it\n", ch.role.c_str(),
+               static_cast<long long>(limit.count()));
+  kill(ch.pid, SIGKILL);
+  waitpid(ch.pid, &status, 0);
+  close(ch.fd);
+  return -1;
+}
+
+int run_case(const Case& c) {
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    std::printf(
+        "SKIPPED: GPU test '%s' needs a CUDA device; this machine has none usable "
+        "(cudaGetDeviceCount: %s)\n",
+        c.name, e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+    return kSkip;
+  }
+  if (devices < c.gpus) {
+    std::printf("SKIPPED: GPU test '%s' needs %d CUDA devices; this machine has %d\n", c.name,
+                c.gpus, devices);
+    return kSkip;
+  }
+  std::printf("%s: %s\n", c.name, c.what);
+  std::fflush(stdout);
+  const std::string channel = std::string("gpu-") + c.name + "-" + std::to_string(getpid());
+  const std::string name(c.name);
+  bool ok = true;
+  auto expect = [&](bool cond, const char* what) {
+    if (!cond) {
+      std::fprintf(stderr, "FAILED: %s\n", what);
+      ok = false;
+    }
+  };
+
+  if (name == "peer_reader" || name == "visible_devices") {
+    Child prod = spawn("producer", c, channel, 1);
+    expect(wait_for(prod, 'P', 60s), "the producer started");
+    if (name == "peer_reader") {
+      int can = 0;
+      CUDA_OK(cudaDeviceCanAccessPeer(&can, 0, 1));
+      Child rd = spawn("reader", c, channel, 0);
+      const int rc = finish(rd, 90s);
+      if (can != 0) {
+        expect(rc == kPass, "a reader on device 0 reads device 1's frames through peer access");
+      } else {
+        expect(rc == kAttachRefused, "a reader on a GPU without peer access is refused clearly");
+      }
+      if (rc != kPass) kill(prod.pid, SIGTERM);
+    } else {
+      // This process's device 1 is ordinal 0 for a reader that sees only it.
+      Child hidden = spawn("reader", c, channel, -1, "0");
+      expect(finish(hidden, 60s) == kAttachRefused,
+             "a reader that cannot see the frames' GPU is refused with a clear error");
+      Child renumbered = spawn("reader", c, channel, 0, "1");
+      expect(finish(renumbered, 90s) == kPass, "a reader seeing the GPU as ordinal 0 reads it");
+    }
+    const int rc = finish(prod, 90s);
+    if (name == "visible_devices") expect(rc == kPass, "the producer finished");
+    remove_channel(channel, true);
+    return ok ? kPass : kFail;
+  }
+
+  Child prod = spawn("producer", c, channel, 0);
+  expect(wait_for(prod, 'P', 60s), "the producer started");
+  const bool kill_case = name.rfind("reader_killed", 0) == 0;
+  std::vector<Child> readers;
+  for (std::uint32_t i = 0; i < c.readers; ++i) {
+    readers.push_back(spawn(kill_case ? "victim" : "reader", c, channel, 0));
+  }
+  if (kill_case) {
+    expect(wait_for(readers[0], 'R', 60s), "the reader released a frame its kernel still reads");
+    // Let the producer come round to that slot (it cycles the 3 slots every few ms), so that with
+    // loan(stream) its stream is already waiting on the fence when the reader dies.
+    std::this_thread::sleep_for(200ms);
+    const auto t0 = Clock::now();
+    kill(readers[0].pid, SIGKILL);
+    (void)finish(readers[0], 30s);
+    const int rc = finish(prod, 120s);
+    std::printf("producer finished %.2f s after the reader was killed\n",
+                std::chrono::duration<double>(Clock::now() - t0).count());
+    expect(rc == kPass, "the producer recycled the dead reader's slot and never hung");
+  } else {
+    for (const Child& r : readers) expect(finish(r, 120s) == kPass, "reader verified every frame");
+    expect(finish(prod, 120s) == kPass, "the producer finished");
+  }
+  remove_channel(channel, true);
+  return ok ? kPass : kFail;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--probe") == 0) {
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (e != cudaSuccess || devices == 0) {
+      std::printf("no usable CUDA device (cudaGetDeviceCount: %s)\n",
+                  e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+      return kSkip;
+    }
+    int driver = 0;
+    int runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    std::printf("CUDA driver %d, runtime %d, %d device(s):\n", driver, runtime, devices);
+    for (int d = 0; d < devices; ++d) {
+      cudaDeviceProp prop{};
+      CUDA_OK(cudaGetDeviceProperties(&prop, d));
+      std::printf("  %d: %s (sm_%d%d)\n", d, prop.name, prop.major, prop.minor);
+    }
+    return kPass;
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "--list") == 0) {
+    for (const Case& c : kCases) std::printf("%-22s %s\n", c.name, c.what);
+    return kPass;
+  }
+  if (argc >= 7 && std::strcmp(argv[1], "--role") == 0) {
+    const Case* c = find_case(argv[3]);
+    if (c == nullptr) return kUsage;
+    const std::string role = argv[2];
+    const int fd = std::atoi(argv[5]);
+    const int device = std::atoi(argv[6]);
+    try {
+      if (role == "producer") return producer_role(*c, argv[4], fd, device);
+      if (role == "reader") return reader_role(*c, argv[4], fd, device, false);
+      if (role == "victim") return reader_role(*c, argv[4], fd, device, true);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: %s\n", role.c_str(), e.what());
+      return kFail;
+    }
+    return kUsage;
+  }
+  if (argc == 2) {
+    if (const Case* c = find_case(argv[1])) return run_case(*c);
+  }
+  std::fprintf(stderr, "usage: %s <case> | --list\n", argv[0]);
+  return kUsage;
+}
+
+// NOLINTEND(concurrency-mt-unsafe)

@@ -1,0 +1,756 @@
+// cuda_pool_test.cpp — the CUDA backend's logic on the CPU: the pools driven through the fake CUDA
+// of fake_cuda.hpp, end to end through the public API (a producer and readers in separate
+// simulated processes) and directly on an in-memory segment (takeover, reader death).
+#include <doctest/doctest.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "backend/cuda/cuda_pool.hpp"
+#include "core.hpp"
+#include "ipcring/ipcring.hpp"
+#include "lease/lease.hpp"
+#include "ring/ring.hpp"
+#include "test_util.hpp"
+#include "unit/fake_cuda.hpp"
+
+using namespace ipcring;
+using namespace std::chrono_literals;
+using detail::CudaErr;
+using test::FakeCuda;
+using test::FakeGpuWorld;
+using test::FakeOp;
+using test::ScopedChannel;
+
+namespace {
+
+// The public API's factories use `api` while this lives.
+class UseApi {
+ public:
+  explicit UseApi(std::shared_ptr<FakeCuda> api) {
+    detail::set_cuda_api_for_testing(std::move(api));
+  }
+  ~UseApi() { detail::set_cuda_api_for_testing(nullptr); }
+  UseApi(const UseApi&) = delete;
+  UseApi& operator=(const UseApi&) = delete;
+};
+
+ChannelConfig cuda_config(std::uint32_t slots = 4, std::uint32_t readers = 2) {
+  ChannelConfig c;
+  c.slots = slots;
+  c.max_readers = readers;
+  c.max_held = 1;
+  c.frame_bytes = 1000;
+  c.backend = Backend::cuda;
+  return c;
+}
+
+Producer make_producer(const std::shared_ptr<FakeCuda>& api, std::string_view name,
+                       const ChannelConfig& config) {
+  UseApi use(api);
+  return Producer::create(name, config);
+}
+
+Reader attach(const std::shared_ptr<FakeCuda>& api, std::string_view name) {
+  UseApi use(api);
+  return Reader::attach(name);
+}
+
+// Publishes one frame whose bytes follow the test pattern (the fake's device memory is host
+// memory, so the CPU can write it).
+std::uint64_t publish_pattern(Producer& p, CudaStream stream = nullptr) {
+  auto loan = stream != nullptr ? p.loan(stream) : p.loan();
+  REQUIRE(loan);
+  test::fill_pattern(loan->data(), 512, loan->sequence());
+  return p.publish(std::move(*loan), 512, stream);
+}
+
+std::string error_of(const std::function<void()>& f, Errc& code) {
+  try {
+    f();
+  } catch (const Error& e) {
+    code = e.code();
+    return e.what();
+  }
+  code = Errc{};
+  return {};
+}
+
+bool contains(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
+
+// An in-memory control segment of the CUDA backend, for driving the pools directly.
+class TestSegment {
+ public:
+  explicit TestSegment(std::uint32_t slots = 4, std::uint32_t readers = 2) {
+    geo_ = detail::compute_geometry(slots, readers, 1, 4096, 2, 4096);
+    mem_ = static_cast<unsigned char*>(std::aligned_alloc(4096, geo_.segment_bytes));
+    std::memset(mem_, 0, geo_.segment_bytes);
+    view.base = mem_;
+    view.geo = geo_;
+    detail::SegmentHeader& h = view.header();
+    h.slots = slots;
+    h.max_readers = readers;
+    h.backend = 2;
+    h.frame_bytes = 4096;
+    h.reap_period_ns = 4'000'000;  // watchdog tick 1 ms
+    REQUIRE(detail::init_robust_mutex(view.producer().lease) == 0);
+    for (std::uint32_t r = 0; r < readers; ++r) {
+      REQUIRE(detail::init_robust_mutex(view.reader(r).lease) == 0);
+      view.reader(r).lease_word.store(0, std::memory_order_relaxed);
+    }
+  }
+  ~TestSegment() {
+    for (std::uint32_t r = 0; r < geo_.max_readers; ++r) {
+      if (held_[r]) pthread_mutex_unlock(detail::as_mutex(view.reader(r).lease));
+    }
+    std::free(mem_);
+  }
+  TestSegment(const TestSegment&) = delete;
+  TestSegment& operator=(const TestSegment&) = delete;
+
+  detail::PoolRequest request(bool create, int device = 0) const {
+    return detail::PoolRequest{"t-cuda-mem", view, 0600, device, create};
+  }
+  // A producer of `epoch` and `instance` owns the channel (as the core sets it before a loan).
+  void producer(std::uint64_t epoch, std::uint64_t instance) {
+    view.producer().instance_id.store(instance, std::memory_order_relaxed);
+    view.producer().lease_word.store(detail::LeaseWord::make(epoch, detail::LeaseState::active),
+                                     std::memory_order_release);
+  }
+  // Reader entry r is held by a live reader of lease generation `gen` (this thread holds its
+  // robust mutex, as a reader's lease keeper would).
+  std::uint64_t reader_alive(std::uint32_t r, std::uint64_t gen) {
+    if (!held_[r]) REQUIRE(pthread_mutex_lock(detail::as_mutex(view.reader(r).lease)) == 0);
+    held_[r] = true;
+    const std::uint64_t w = detail::LeaseWord::make(gen, detail::LeaseState::active);
+    view.reader(r).lease_word.store(w, std::memory_order_release);
+    return w;
+  }
+  // Its process dies: the mutex is no longer held, the entry still reads active.
+  void reader_dies(std::uint32_t r) {
+    REQUIRE(held_[r]);
+    pthread_mutex_unlock(detail::as_mutex(view.reader(r).lease));
+    held_[r] = false;
+  }
+  std::uint32_t fences(std::uint32_t slot) const {
+    return view.cuda_slot(slot).release_recorded.load(std::memory_order_relaxed);
+  }
+
+  detail::SegmentView view;
+
+ private:
+  detail::Geometry geo_;
+  unsigned char* mem_ = nullptr;
+  bool held_[detail::kMaxReaders] = {};
+};
+
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 3000ms) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return pred();
+}
+
+}  // namespace
+
+// ---- hot path is noexcept ----------------------------------------------------------------------
+static_assert(noexcept(std::declval<Producer&>().loan(CudaStream{})));
+static_assert(noexcept(std::declval<Producer&>().loan(std::declval<std::chrono::nanoseconds>(),
+                                                      CudaStream{})));
+static_assert(noexcept(std::declval<Frame&>().wait_on(CudaStream{})));
+static_assert(noexcept(std::declval<Frame&>().release(CudaStream{})));
+
+TEST_SUITE("cuda") {
+  // ---- end to end through the public API ------------------------------------------------------
+
+  TEST_CASE("cuda: the producer allocates and exports one 2 MiB-rounded buffer per slot, once") {
+    ScopedChannel ch("cuda-export");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto p = make_producer(prod, ch, cuda_config(4, 2));
+    CHECK(prod->calls(FakeOp::malloc) == 4);
+    CHECK(prod->calls(FakeOp::ipc_get_mem_handle) == 4);
+    CHECK(prod->calls(FakeOp::create_ipc_event) == 4 * (1 + 2));  // write-done + one per reader
+    CHECK(prod->calls(FakeOp::ipc_get_event_handle) == 4 * (1 + 2));
+    std::set<const std::byte*> buffers;
+    for (int i = 0; i < 10; ++i) {
+      auto loan = p.loan();
+      REQUIRE(loan);
+      CHECK(world->bytes_allocated(loan->data()) == detail::kCudaBufferAlignment);
+      CHECK(loan->capacity() == 1000);
+      buffers.insert(loan->data());
+      p.publish(std::move(*loan), 8);
+    }
+    CHECK(buffers.size() == 4);
+    CHECK(prod->calls(FakeOp::malloc) == 4);  // exported once, reused
+    CHECK(prod->calls(FakeOp::ipc_get_mem_handle) == 4);
+    CHECK(prod->calls(FakeOp::record_event) == 10);  // write-done per publication
+  }
+
+  TEST_CASE("cuda: a reader maps each buffer once per process and sees the producer's bytes") {
+    ScopedChannel ch("cuda-cache");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config(4, 2));
+    std::set<std::uint32_t> slots;
+    {
+      auto r1 = attach(rdr, ch);
+      for (int i = 0; i < 12; ++i) {
+        publish_pattern(p);
+        auto f = r1.try_read();
+        REQUIRE(f);
+        CHECK(test::check_pattern(f->data(), 512, f->sequence()));
+        slots.insert(f->slot());
+      }
+      CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == static_cast<int>(slots.size()));
+      CHECK(rdr->open_mappings() == static_cast<int>(slots.size()));
+      // A second Reader of the same process shares the mappings: nothing is opened again.
+      auto r2 = attach(rdr, ch);
+      const int opens = rdr->calls(FakeOp::ipc_open_mem_handle);
+      for (int i = 0; i < 8; ++i) {
+        publish_pattern(p);
+        auto f = r2.try_read();
+        REQUIRE(f);
+        CHECK(test::check_pattern(f->data(), 512, f->sequence()));
+        slots.insert(f->slot());
+      }
+      // Only slots r1 had not seen were opened.
+      CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == static_cast<int>(slots.size()));
+      CHECK(opens <= rdr->calls(FakeOp::ipc_open_mem_handle));
+    }
+    // Both detached: every mapping closed, each with the device it was opened on.
+    CHECK(rdr->open_mappings() == 0);
+    CHECK(rdr->calls(FakeOp::ipc_close_mem_handle) == rdr->calls(FakeOp::ipc_open_mem_handle));
+    CHECK(world->wrong_device_closes() == 0);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: wait_on makes the reader's stream wait for the producer's writes") {
+    ScopedChannel ch("cuda-wait");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config());
+    auto r = attach(rdr, ch);
+    CudaStream ps = prod->make_stream();
+    CudaStream rs = rdr->make_stream();
+    auto loan = p.loan(ps);
+    REQUIRE(loan);
+    const std::uint64_t writer = prod->launch(ps);  // the kernel writing the frame, still running
+    p.publish(std::move(*loan), 64, ps);
+    auto f = r.try_read();
+    REQUIRE(f);
+    CHECK(f->wait_on(rs) == Status::ok);
+    const std::uint64_t consumer = rdr->launch(rs, false);
+    CHECK_FALSE(rdr->done(consumer));  // ordered after the write-done event
+    prod->finish(writer);
+    CHECK(rdr->done(consumer));
+    // The legacy stream works too (nullptr).
+    CHECK(f->wait_on(nullptr) == Status::ok);
+  }
+
+  TEST_CASE("cuda: a buffer is rewritten only after the reader's release fence") {
+    ScopedChannel ch("cuda-fence");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config(3, 1));
+    auto r = attach(rdr, ch);
+    CudaStream ps = prod->make_stream();
+    CudaStream rs = rdr->make_stream(true);
+
+    publish_pattern(p);
+    auto f = r.try_read();
+    REQUIRE(f);
+    const std::uint32_t held_slot = f->slot();
+    REQUIRE(f->wait_on(rs) == Status::ok);
+    const std::uint64_t kernel = rdr->launch(rs);  // still reading the frame
+    f->release(rs);                                // released at once, fenced on the GPU
+    CHECK(r.held() == 0);
+
+    SUBCASE("plain loan() refuses the slot while the fence runs") {
+      int refused = 0;
+      for (int i = 0; i < 12; ++i) {
+        auto loan = p.loan();
+        if (!loan) {
+          CHECK(loan.status() == Status::no_free_slot);
+          ++refused;
+          continue;
+        }
+        CHECK(loan->slot() != held_slot);
+        p.publish(std::move(*loan), 8);
+      }
+      CHECK(refused > 0);
+      rdr->finish(kernel);
+      bool got = false;
+      for (int i = 0; i < 4 && !got; ++i) {
+        auto loan = p.loan();
+        REQUIRE(loan);
+        got = loan->slot() == held_slot;
+        p.publish(std::move(*loan), 8);
+      }
+      CHECK(got);
+    }
+    SUBCASE("loan(stream) makes the producer's stream wait on the GPU") {
+      for (int i = 0; i < 6; ++i) {
+        auto loan = p.loan(ps);
+        REQUIRE(loan);
+        if (loan->slot() == held_slot) {
+          const std::uint64_t writer = prod->launch(ps, false);
+          CHECK_FALSE(prod->done(writer));  // behind the reader's fence
+          rdr->finish(kernel);
+          CHECK(prod->done(writer));
+          p.publish(std::move(*loan), 8, ps);
+          break;
+        }
+        p.publish(std::move(*loan), 8, ps);
+        CHECK(i < 5);
+      }
+    }
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: release() without a stream fences the work of the reader's blocking streams") {
+    ScopedChannel ch("cuda-legacy");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config(3, 1));
+    auto r = attach(rdr, ch);
+    CudaStream blocking = rdr->make_stream(false);
+    publish_pattern(p);
+    auto f = r.try_read();
+    REQUIRE(f);
+    const std::uint32_t held_slot = f->slot();
+    const std::uint64_t kernel = rdr->launch(blocking);
+    f->release();  // the fence goes on the legacy stream, after `kernel`
+    CHECK((world->hangs() == 0));
+    int refused = 0;
+    for (int i = 0; i < 8; ++i) {
+      auto loan = p.loan();
+      if (!loan) {
+        ++refused;
+        continue;
+      }
+      CHECK(loan->slot() != held_slot);
+      p.publish(std::move(*loan), 8);
+    }
+    CHECK(refused > 0);
+    rdr->finish(kernel);
+    bool got = false;
+    for (int i = 0; i < 4 && !got; ++i) {
+      auto loan = p.loan();
+      REQUIRE(loan);
+      got = loan->slot() == held_slot;
+      p.publish(std::move(*loan), 8);
+    }
+    CHECK(got);
+  }
+
+  TEST_CASE("cuda: machines that cannot run the CUDA backend get a clear error") {
+    ScopedChannel ch("cuda-caps");
+    Errc code{};
+    SUBCASE("no driver") {
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)}, false);
+      const std::string msg =
+          error_of([&] { make_producer(world->process(), ch, cuda_config()); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "driver"));
+      CHECK(contains(msg, "Backend::host"));
+      CHECK(contains(msg, ch.name().c_str()));
+    }
+    SUBCASE("no device") {
+      auto world = FakeGpuWorld::make({});
+      const std::string msg =
+          error_of([&] { make_producer(world->process(), ch, cuda_config()); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "CUDA_VISIBLE_DEVICES"));
+      CHECK(contains(msg, "Backend::host"));
+    }
+    SUBCASE("integrated GPU (Jetson/Orin)") {
+      auto dev = FakeGpuWorld::device(0xa1);
+      dev.integrated = true;
+      auto world = FakeGpuWorld::make({dev});
+      const std::string msg =
+          error_of([&] { make_producer(world->process(), ch, cuda_config()); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "integrated"));
+      CHECK(contains(msg, "Backend::host"));
+    }
+    SUBCASE("IPC not supported where the probe did not tell") {
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+      auto prod = world->process();
+      prod->fail(FakeOp::ipc_get_mem_handle, CudaErr::not_supported);
+      const std::string msg = error_of([&] { make_producer(prod, ch, cuda_config()); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "cudaIpcGetMemHandle"));
+      CHECK(contains(msg, "Backend::host"));
+      CHECK(prod->calls(FakeOp::free) == prod->calls(FakeOp::malloc));  // nothing leaked
+    }
+    SUBCASE("a cuda_device this process does not have") {
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+      auto config = cuda_config();
+      config.cuda_device = 3;
+      const std::string msg = error_of([&] { make_producer(world->process(), ch, config); }, code);
+      CHECK(code == Errc::invalid_config);
+      CHECK(contains(msg, "cuda_device = 3"));
+    }
+    SUBCASE("cudaMalloc fails") {
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+      auto prod = world->process();
+      prod->fail(FakeOp::malloc, CudaErr::memory_allocation);
+      const std::string msg = error_of([&] { make_producer(prod, ch, cuda_config()); }, code);
+      CHECK(code == Errc::cuda_error);
+      CHECK(contains(msg, "cudaErrorMemoryAllocation"));
+    }
+    SUBCASE("a reader whose process has no driver") {
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+      auto p = make_producer(world->process(), ch, cuda_config());
+      auto broken = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)}, false);
+      const std::string msg = error_of([&] { attach(broken->process(), ch); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "Backend::host"));
+      CHECK(inspect(ch).readers.empty());  // the failed attach left no entry behind
+    }
+    // A failed create leaves no channel behind.
+    CHECK_THROWS_AS(inspect(ch), Error);
+  }
+
+  TEST_CASE("cuda: readers find the frames' GPU by UUID, not by ordinal") {
+    ScopedChannel ch("cuda-uuid");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    auto config = cuda_config();
+    config.cuda_device = 1;  // the producer's GPU is world device 1 (UUID b2...)
+    auto p = make_producer(world->process(), ch, config);
+    Errc code{};
+
+    SUBCASE("renumbered by CUDA_VISIBLE_DEVICES") {
+      auto rdr = world->process({1, 0});  // device 1 is this process's ordinal 0
+      auto r = attach(rdr, ch);
+      publish_pattern(p);
+      auto f = r.try_read();
+      REQUIRE(f);
+      CHECK(test::check_pattern(f->data(), 512, f->sequence()));
+    }
+    SUBCASE("hidden by CUDA_VISIBLE_DEVICES") {
+      const std::string msg = error_of([&] { attach(world->process({0}), ch); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "GPU-b2b2b2b2-b2b2-b2b2-b2b2-b2b2b2b2b2b2"));
+      CHECK(contains(msg, "CUDA_VISIBLE_DEVICES"));
+    }
+    SUBCASE("another GPU without peer access") {
+      auto rdr = world->process();  // current device 0 (a1), frames on 1 (b2)
+      const std::string msg = error_of([&] { attach(rdr, ch); }, code);
+      CHECK(code == Errc::unsupported);
+      CHECK(contains(msg, "peer"));
+      CHECK(contains(msg, "cudaSetDevice(1)"));
+    }
+    SUBCASE("another GPU with peer access") {
+      world->set_peer_access(0, 1, true);
+      auto rdr = world->process();
+      auto r = attach(rdr, ch);
+      publish_pattern(p);
+      auto f = r.try_read();
+      REQUIRE(f);
+      CHECK(test::check_pattern(f->data(), 512, f->sequence()));
+      CHECK(rdr->open_mappings() == 1);
+    }
+    SUBCASE("a takeover on another GPU is refused") {
+      // Simulated here at the pool level: the header names b2, the new producer uses a1.
+      TestSegment seg;
+      std::memset(seg.view.header().cuda_uuid, 0xb2, 16);
+      const std::string msg = error_of(
+          [&] { detail::make_cuda_producer_pool(seg.request(false, 0), world->process()); }, code);
+      CHECK(code == Errc::config_mismatch);
+      CHECK(contains(msg, "same GPU"));
+    }
+  }
+
+  TEST_CASE("cuda: a reader in the producer's own process uses its buffers without IPC") {
+    ScopedChannel ch("cuda-local");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto proc = world->process();
+    auto p = make_producer(proc, ch, cuda_config());
+    auto r = attach(proc, ch);
+    const std::byte* written = nullptr;
+    {
+      auto loan = p.loan();
+      REQUIRE(loan);
+      written = loan->data();
+      test::fill_pattern(loan->data(), 512, loan->sequence());
+      p.publish(std::move(*loan), 512);
+    }
+    auto f = r.try_read();
+    REQUIRE(f);
+    CHECK(f->data() == written);
+    CHECK(proc->calls(FakeOp::ipc_open_mem_handle) == 0);
+    CHECK(proc->calls(FakeOp::ipc_open_event_handle) == 0);
+    CudaStream s = proc->make_stream();
+    CHECK(f->wait_on(s) == Status::ok);
+    f->release(s);
+  }
+
+  TEST_CASE("cuda: cudaErrorAlreadyMapped fails one read cleanly") {
+    ScopedChannel ch("cuda-mapped");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    world->already_mapped_mode = true;  // an older driver: a second open in a process fails
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config());
+    {
+      // Two Readers of one process share the mappings, so no handle is ever opened twice.
+      auto r1 = attach(rdr, ch);
+      auto r2 = attach(rdr, ch);
+      for (int i = 0; i < 6; ++i) {
+        publish_pattern(p);
+        auto f1 = r1.try_read();
+        auto f2 = r2.try_read();
+        REQUIRE(f1);
+        REQUIRE(f2);
+        CHECK(f1->data() == f2->data());
+        CHECK(test::check_pattern(f2->data(), 512, f2->sequence()));
+      }
+    }
+    CHECK(rdr->open_mappings() == 0);
+    // Mapped outside ipcring (user code opened the same handle): that read fails, nothing sticks.
+    auto r = attach(rdr, ch);
+    rdr->fail(FakeOp::ipc_open_mem_handle, CudaErr::already_mapped);
+    publish_pattern(p);
+    auto bad = r.try_read();
+    CHECK(bad.status() == Status::backend_error);
+    CHECK(rdr->get_last_error() == CudaErr::success);  // consumed, not left for the next call
+    CHECK(r.held() == 0);                              // the claim was given back
+    publish_pattern(p);
+    auto good = r.try_read();
+    REQUIRE(good);
+    CHECK(test::check_pattern(good->data(), 512, good->sequence()));
+  }
+
+  TEST_CASE(
+      "cuda: Backend::cuda with the real CUDA runtime: works on a GPU, a clear error elsewhere") {
+    ScopedChannel ch("cuda-real");
+    detail::set_cuda_api_for_testing(nullptr);
+    auto runtime = detail::cudart_api();
+    int devices = 0;
+    const bool gpu =
+        runtime && runtime->get_device_count(devices) == CudaErr::success && devices > 0;
+    if (runtime) (void)runtime->get_last_error();
+    if (gpu) {
+      auto p = Producer::create(ch, cuda_config());
+      auto r = Reader::attach(ch);
+      auto loan = p.loan();
+      REQUIRE(loan);
+      p.publish(std::move(*loan), 16);
+      auto f = r.try_read();
+      REQUIRE(f);
+      CHECK(f->wait_on(nullptr) == Status::ok);
+      f->release();
+      return;
+    }
+    Errc code{};
+    const std::string msg = error_of([&] { (void)Producer::create(ch, cuda_config()); }, code);
+    MESSAGE("no GPU here: " << msg);
+    CHECK(code == Errc::unsupported);
+    CHECK(contains(msg, "Backend::host"));
+    CHECK_THROWS_AS(inspect(ch), Error);  // nothing left behind
+    // The host backend still works in the same process.
+    auto config = cuda_config();
+    config.backend = Backend::host;
+    auto p = Producer::create(ch, config);
+    CHECK(p.loan());
+  }
+
+  // ---- the pools on an in-memory segment
+  // ----------------------------------------------------------
+
+  TEST_CASE("cuda: a takeover re-maps the slot and closes the old mapping with its own device") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    TestSegment seg;
+    auto p1proc = world->process();
+    auto rdr = world->process();
+    seg.producer(1, 0x1111);
+    auto p1 = detail::make_cuda_producer_pool(seg.request(true), p1proc);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);  // opens on device 0
+    reader->attached(0);
+    REQUIRE(p1->prepare_write(0, nullptr) == Status::ok);
+    const std::byte* old = reader->buffer(0, 1, 0x1111);
+    REQUIRE(old != nullptr);
+    CHECK(reader->buffer(0, 1, 0x1111) == old);  // cached
+    CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == 1);
+    reader->release_fence(0, 0, nullptr);
+
+    // The user's thread now works on device 1; the producer dies and another takes over.
+    REQUIRE(rdr->set_device(1) == CudaErr::success);
+    p1proc->kill();
+    auto p2proc = world->process();
+    seg.producer(2, 0x2222);
+    auto p2 = detail::make_cuda_producer_pool(seg.request(false), p2proc);
+
+    SUBCASE("handles not yet published by the new producer are not used") {
+      CHECK(reader->buffer(0, 2, 0x2222) == nullptr);
+    }
+    SUBCASE("frames of the new epoch map the new buffer") {
+      REQUIRE(p2->prepare_write(0, nullptr) == Status::ok);
+      const std::byte* fresh = reader->buffer(0, 2, 0x2222);
+      REQUIRE(fresh != nullptr);
+      CHECK(fresh != old);
+      CHECK(rdr->calls(FakeOp::ipc_close_mem_handle) == 1);  // the old one, closed once
+      CHECK(world->wrong_device_closes() == 0);              // ... with device 0, current at open
+      CHECK(rdr->current_device() == 1);                     // and the user's device restored
+      CHECK(rdr->open_mappings() == 1);
+      // A reader still in epoch 1 that claims a slot never maps the new producer's buffer.
+      CHECK(reader->buffer(1, 1, 0x2222) == nullptr);
+      CHECK(reader->buffer(1, 1, 0x1111) == nullptr);
+      reader->release_fence(0, 0, nullptr);
+    }
+    reader.reset();
+    CHECK(rdr->open_mappings() == 0);
+    CHECK(world->wrong_device_closes() == 0);
+  }
+
+  TEST_CASE("cuda: the dead-reader rule") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(4, 2);
+    auto prod = world->process();
+    seg.producer(1, 0x1111);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);  // publishes the handles
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+
+    // Reader 1 (its own process) reads slot 0, queues a kernel on it and releases with a fence.
+    auto rdr = world->process();
+    const std::uint64_t lease = seg.reader_alive(1, 3);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(1);
+    REQUIRE(reader->buffer(0, 1, 0x1111) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    REQUIRE(reader->wait_on(0, rs) == Status::ok);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(0, 1, rs);
+    CHECK(seg.fences(0) == 0b10);
+    CudaStream ps = prod->make_stream();
+
+    SUBCASE("a live reader's running fence keeps the slot from a plain loan") {
+      CHECK(pool->prepare_write(0, nullptr) == Status::no_free_slot);
+      CHECK(seg.fences(0) == 0b10);
+      rdr->finish(kernel);
+      CHECK(pool->prepare_write(0, nullptr) == Status::ok);
+      CHECK(seg.fences(0) == 0);
+    }
+    SUBCASE("a reader that died is reaped and its fence forgotten") {
+      rdr->kill();  // the fence will never complete
+      seg.reader_dies(1);
+      CHECK(pool->prepare_write(0, nullptr) == Status::ok);  // reaped inside, not waited for
+      CHECK(seg.fences(0) == 0);
+      CHECK(detail::LeaseWord::state(seg.view.reader(1).lease_word.load()) ==
+            static_cast<std::uint8_t>(detail::LeaseState::free));
+    }
+    SUBCASE("a GPU wait queued before the reader died is released when the producer reaps it") {
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      const std::uint64_t writer = prod->launch(ps, false);
+      CHECK_FALSE(prod->done(writer));
+      rdr->kill();
+      seg.reader_dies(1);
+      // What Producer::loan does (the watchdog's probe may get there first; either releases it).
+      (void)detail::reap_dead_readers(seg.view, pool.get());
+      CHECK(eventually([&] { return prod->done(writer); }));
+    }
+    SUBCASE("... and by the watchdog when another process reaped it") {
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      const std::uint64_t writer = prod->launch(ps, false);
+      rdr->kill();
+      seg.reader_dies(1);
+      (void)detail::reap_dead_readers(seg.view, nullptr);  // e.g. ringdump reap
+      CHECK(eventually([&] { return prod->done(writer); }));
+    }
+    SUBCASE("... and by the watchdog's own probe when nobody reaped it") {
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      const std::uint64_t writer = prod->launch(ps, false);
+      rdr->kill();
+      seg.reader_dies(1);
+      CHECK(eventually([&] { return prod->done(writer); }));
+      CHECK(detail::LeaseWord::state(seg.view.reader(1).lease_word.load()) ==
+            static_cast<std::uint8_t>(detail::LeaseState::free));
+    }
+    SUBCASE("... and by a successor that takes over the dead reader's entry") {
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      const std::uint64_t writer = prod->launch(ps, false);
+      rdr->kill();
+      // A new reader takes the dead one's entry directly (attach's trylock finds the owner dead):
+      // bits cleared, new lease generation, never free in between. (This thread keeps holding the
+      // entry's mutex: it now stands for the successor's lease keeper.)
+      detail::clear_reader_bits(seg.view, 1);
+      const std::uint64_t next = seg.reader_alive(1, 5);
+      CHECK(next != lease);
+      CHECK_FALSE(prod->done(writer));
+      auto rdr2 = world->process();
+      auto successor = detail::make_cuda_reader_pool(seg.request(false), rdr2);
+      successor->attached(1);
+      REQUIRE(successor->buffer(0, 1, 0x1111) != nullptr);  // opening re-records its fence
+      CHECK(prod->done(writer));
+      successor->release_fence(0, 1, nullptr);
+    }
+    CHECK(world->hangs() == 0);
+    reader.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: a detaching reader waits (bounded) for its fences before destroying them") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(3, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x77);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(2, nullptr) == Status::ok);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(2, 1, 0x77) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(2, 0, rs);
+    const auto start = std::chrono::steady_clock::now();
+    SUBCASE("its kernel finishes: detach waits for it") {
+      std::thread gpu([&] {
+        std::this_thread::sleep_for(50ms);
+        rdr->finish(kernel);
+      });
+      reader.reset();  // detach
+      gpu.join();
+      CHECK(std::chrono::steady_clock::now() - start >= 50ms);
+      CHECK(pool->prepare_write(2, nullptr) == Status::ok);  // the fence completed
+    }
+    SUBCASE("its stream is stuck: detach gives up after a bound") {
+      reader.reset();
+      const auto took = std::chrono::steady_clock::now() - start;
+      CHECK(took >= 1s);
+      CHECK(took < 10s);
+      CHECK_FALSE(rdr->done(kernel));
+    }
+    CHECK(rdr->open_mappings() == 0);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: reaping a reader clears its fence bits in every slot") {
+    TestSegment seg(3, 3);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      seg.view.cuda_slot(i).release_recorded.store(0b111, std::memory_order_relaxed);
+    }
+    detail::clear_reader_bits(seg.view, 1);
+    for (std::uint32_t i = 0; i < 3; ++i) CHECK(seg.fences(i) == 0b101);
+  }
+
+}  // TEST_SUITE

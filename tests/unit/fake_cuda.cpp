@@ -1,0 +1,661 @@
+// fake_cuda.cpp — see fake_cuda.hpp.
+#include "unit/fake_cuda.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ipcring::test {
+
+namespace {
+
+constexpr std::uint64_t kMemMagic = 0x4d454d454b414646ULL;  // "FFAKEMEM"
+constexpr std::uint64_t kEvtMagic = 0x5456454b414646ULL;    // "FFAKEVT"
+
+void encode(unsigned char* bytes, std::uint64_t magic, std::uint64_t process, std::uint64_t id) {
+  std::memset(bytes, 0, detail::kIpcHandleBytes);
+  std::memcpy(bytes, &magic, 8);
+  std::memcpy(bytes + 8, &process, 8);
+  std::memcpy(bytes + 16, &id, 8);
+}
+
+bool decode(const unsigned char* bytes, std::uint64_t magic, std::uint64_t& process,
+            std::uint64_t& id) {
+  std::uint64_t m = 0;
+  std::memcpy(&m, bytes, 8);
+  std::memcpy(&process, bytes + 8, 8);
+  std::memcpy(&id, bytes + 16, 8);
+  return m == magic;
+}
+
+CudaEvent to_event(std::uint64_t id) {
+  return reinterpret_cast<CudaEvent>(static_cast<std::uintptr_t>(id * 16));
+}
+std::uint64_t from_event(CudaEvent e) {
+  return reinterpret_cast<std::uintptr_t>(e) / 16;
+}
+CudaStream to_stream(std::uint64_t id) {
+  return reinterpret_cast<CudaStream>(static_cast<std::uintptr_t>(id * 16));
+}
+std::uint64_t from_stream(CudaStream s) {
+  return reinterpret_cast<std::uintptr_t>(s) / 16;
+}
+
+}  // namespace
+
+// ---- world -----------------------------------------------------------------------------------
+
+std::shared_ptr<FakeGpuWorld> FakeGpuWorld::make(std::vector<FakeDevice> devices, bool driver) {
+  std::shared_ptr<FakeGpuWorld> w(new FakeGpuWorld());
+  w->devices_ = std::move(devices);
+  w->driver_ = driver;
+  return w;
+}
+
+FakeDevice FakeGpuWorld::device(unsigned char tag) {
+  FakeDevice d;
+  d.uuid.fill(tag);
+  return d;
+}
+
+std::shared_ptr<FakeCuda> FakeGpuWorld::process(std::vector<int> visible) {
+  std::lock_guard lock(mutex_);
+  if (visible.empty()) {
+    for (int i = 0; i < static_cast<int>(devices_.size()); ++i) visible.push_back(i);
+  }
+  return std::shared_ptr<FakeCuda>(
+      new FakeCuda(shared_from_this(), next_process_++, std::move(visible)));
+}
+
+void FakeGpuWorld::set_peer_access(int a, int b, bool can) {
+  std::lock_guard lock(mutex_);
+  if (can) {
+    peers_.insert({a, b});
+  } else {
+    peers_.erase({a, b});
+  }
+}
+
+int FakeGpuWorld::wrong_device_closes() const {
+  std::lock_guard lock(mutex_);
+  return wrong_device_closes_;
+}
+int FakeGpuWorld::hangs() const {
+  std::lock_guard lock(mutex_);
+  return hangs_;
+}
+int FakeGpuWorld::freed_while_mapped() const {
+  std::lock_guard lock(mutex_);
+  return freed_while_mapped_;
+}
+int FakeGpuWorld::use_after_destroy() const {
+  std::lock_guard lock(mutex_);
+  return use_after_destroy_;
+}
+std::uint64_t FakeGpuWorld::bytes_allocated(void* ptr) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [id, a] : allocations_) {
+    if (a.storage.get() == ptr && !a.freed) return a.bytes;
+  }
+  return 0;
+}
+
+bool FakeGpuWorld::runnable(const Op& op) const {
+  for (std::uint64_t d : op.deps) {
+    if (!ops_.at(d).done) return false;
+  }
+  switch (op.kind) {
+    case Op::Kind::work:
+      return !op.held;
+    case Op::Kind::record:
+      return true;
+    case Op::Kind::wait:
+      return events_.at(op.event).completed >= op.seq;
+  }
+  return false;
+}
+
+void FakeGpuWorld::advance() {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto& [id, s] : streams_) {
+      if (dead_.count(s.process) != 0) continue;  // a dead context runs nothing more
+      while (!s.ops.empty()) {
+        Op& op = ops_.at(s.ops.front());
+        if (!runnable(op)) break;
+        op.done = true;
+        if (op.kind == Op::Kind::record) {
+          EventState& ev = events_.at(op.event);
+          ev.completed = std::max(ev.completed, op.seq);
+        }
+        s.ops.pop_front();
+        changed = true;
+      }
+    }
+  }
+}
+
+std::uint64_t FakeGpuWorld::legacy_stream(int process, int device) {
+  auto it = legacy_.find({process, device});
+  if (it != legacy_.end()) return it->second;
+  const std::uint64_t id = next_id_++;
+  Stream s;
+  s.process = process;
+  s.device = device;
+  s.legacy = true;
+  streams_[id] = std::move(s);
+  legacy_[{process, device}] = id;
+  return id;
+}
+
+std::uint64_t FakeGpuWorld::push(std::uint64_t stream, Op op) {
+  Stream& s = streams_.at(stream);
+  // Legacy default stream semantics: it waits for the work queued before in the blocking streams
+  // of its process and device, and they wait for the work queued before in it.
+  for (auto& [id, other] : streams_) {
+    if (id == stream || other.process != s.process || other.device != s.device) continue;
+    const bool relevant =
+        s.legacy ? (!other.legacy && !other.nonblocking) : (!s.nonblocking && other.legacy);
+    if (!relevant) continue;
+    for (std::uint64_t o : other.ops) op.deps.push_back(o);
+  }
+  const std::uint64_t id = next_id_++;
+  ops_[id] = std::move(op);
+  s.ops.push_back(id);
+  advance();
+  return id;
+}
+
+bool FakeGpuWorld::finish_local_work_before(std::uint64_t, std::uint64_t, int process) {
+  // Synchronising waits for the process's own queued work: let all of it finish.
+  bool any = false;
+  for (auto& [id, s] : streams_) {
+    if (s.process != process) continue;
+    for (std::uint64_t o : s.ops) {
+      Op& op = ops_.at(o);
+      if (op.kind == Op::Kind::work && op.held) {
+        op.held = false;
+        any = true;
+      }
+    }
+  }
+  advance();
+  return any;
+}
+
+// ---- process ---------------------------------------------------------------------------------
+
+CudaErr FakeCuda::ret(CudaErr e) {
+  if (e != CudaErr::success) last_error_ = e;
+  return e;
+}
+
+CudaErr FakeCuda::enter(FakeOp op) {
+  ++calls_[static_cast<std::size_t>(op)];
+  if (!world_->driver_) return ret(CudaErr::insufficient_driver);
+  if (world_->dead_.count(id_) != 0) return ret(CudaErr::initialization_error);
+  auto it = inject_.find(op);
+  if (it != inject_.end() && it->second.second != 0) {
+    if (it->second.second > 0) --it->second.second;
+    return ret(it->second.first);
+  }
+  return CudaErr::success;
+}
+
+#define FAKE_ENTER(op)                  \
+  std::lock_guard lock(world_->mutex_); \
+  if (const CudaErr e_ = enter(op); e_ != CudaErr::success) return e_
+
+CudaErr FakeCuda::get_device_count(int& count) noexcept {
+  FAKE_ENTER(FakeOp::get_device_count);
+  count = static_cast<int>(visible_.size());
+  return count == 0 ? ret(CudaErr::no_device) : CudaErr::success;
+}
+
+CudaErr FakeCuda::get_device(int& device) noexcept {
+  FAKE_ENTER(FakeOp::get_device);
+  device = current_;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::set_device(int device) noexcept {
+  FAKE_ENTER(FakeOp::set_device);
+  if (device < 0 || device >= static_cast<int>(visible_.size()))
+    return ret(CudaErr::invalid_device);
+  current_ = device;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::device_uuid(int device, detail::CudaUuid& uuid) noexcept {
+  FAKE_ENTER(FakeOp::device_uuid);
+  if (device < 0 || device >= static_cast<int>(visible_.size()))
+    return ret(CudaErr::invalid_device);
+  std::memcpy(uuid.bytes,
+              world_->devices_[static_cast<std::size_t>(world_device(device))].uuid.data(), 16);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value) noexcept {
+  FAKE_ENTER(FakeOp::device_attribute);
+  if (device < 0 || device >= static_cast<int>(visible_.size()))
+    return ret(CudaErr::invalid_device);
+  const FakeDevice& d = world_->devices_[static_cast<std::size_t>(world_device(device))];
+  switch (attr) {
+    case detail::CudaAttr::integrated:
+      value = d.integrated ? 1 : 0;
+      break;
+    case detail::CudaAttr::unified_addressing:
+      value = d.unified_addressing ? 1 : 0;
+      break;
+    case detail::CudaAttr::ipc_event_support:
+      value = d.ipc_events ? 1 : 0;
+      break;
+  }
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::can_access_peer(int device, int peer, int& can) noexcept {
+  FAKE_ENTER(FakeOp::can_access_peer);
+  const int n = static_cast<int>(visible_.size());
+  if (device < 0 || device >= n || peer < 0 || peer >= n) return ret(CudaErr::invalid_device);
+  can = device != peer && world_->peers_.count({world_device(device), world_device(peer)}) != 0;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::malloc(void** ptr, std::size_t bytes) noexcept {
+  FAKE_ENTER(FakeOp::malloc);
+  FakeGpuWorld::Allocation a;
+  a.owner = id_;
+  a.device = world_device(current_);
+  a.storage.reset(new (std::nothrow) std::byte[bytes]());
+  if (!a.storage) return ret(CudaErr::memory_allocation);
+  a.bytes = bytes;
+  *ptr = a.storage.get();
+  world_->allocations_[world_->next_id_++] = std::move(a);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::free(void* ptr) noexcept {
+  FAKE_ENTER(FakeOp::free);
+  for (auto it = world_->allocations_.begin(); it != world_->allocations_.end(); ++it) {
+    auto& a = it->second;
+    if (a.storage.get() != ptr || a.owner != id_ || a.freed) continue;
+    if (a.mappings > 0) {
+      ++world_->freed_while_mapped_;
+      a.freed = true;  // the pages stay while another process maps them
+    } else {
+      world_->allocations_.erase(it);
+    }
+    return CudaErr::success;
+  }
+  return ret(CudaErr::invalid_value);
+}
+
+CudaErr FakeCuda::ipc_get_mem_handle(detail::CudaIpcMemHandle& handle, void* ptr) noexcept {
+  FAKE_ENTER(FakeOp::ipc_get_mem_handle);
+  for (auto& [id, a] : world_->allocations_) {
+    if (a.storage.get() == ptr && a.owner == id_ && !a.freed) {
+      encode(handle.bytes, kMemMagic, static_cast<std::uint64_t>(id_), id);
+      return CudaErr::success;
+    }
+  }
+  return ret(CudaErr::invalid_value);
+}
+
+CudaErr FakeCuda::ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle& handle) noexcept {
+  FAKE_ENTER(FakeOp::ipc_open_mem_handle);
+  std::uint64_t process = 0;
+  std::uint64_t id = 0;
+  if (!decode(handle.bytes, kMemMagic, process, id)) return ret(CudaErr::invalid_value);
+  auto it = world_->allocations_.find(id);
+  if (it == world_->allocations_.end() || it->second.freed) {
+    return ret(CudaErr::map_buffer_object_failed);
+  }
+  auto& a = it->second;
+  if (a.owner == id_) return ret(CudaErr::device_uninitialized);  // own handle: invalid context
+  for (auto& [p, m] : mappings_) {
+    if (m.allocation != id) continue;
+    if (world_->already_mapped_mode) return ret(CudaErr::already_mapped);
+    ++m.refs;
+    *ptr = p;
+    return CudaErr::success;
+  }
+  const int here = world_device(current_);
+  if (here != a.device && world_->peers_.count({here, a.device}) == 0) {
+    return ret(CudaErr::peer_access_unsupported);
+  }
+  mappings_[a.storage.get()] = Mapping{id, current_, 1};
+  ++a.mappings;
+  *ptr = a.storage.get();
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::ipc_close_mem_handle(void* ptr) noexcept {
+  FAKE_ENTER(FakeOp::ipc_close_mem_handle);
+  auto it = mappings_.find(ptr);
+  if (it == mappings_.end()) return ret(CudaErr::invalid_value);
+  if (it->second.device != current_) {
+    ++world_->wrong_device_closes_;
+    return ret(CudaErr::invalid_value);
+  }
+  if (--it->second.refs > 0) return CudaErr::success;
+  const std::uint64_t id = it->second.allocation;
+  mappings_.erase(it);
+  auto a = world_->allocations_.find(id);
+  if (a != world_->allocations_.end() && --a->second.mappings == 0 && a->second.freed) {
+    world_->allocations_.erase(a);
+  }
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::create_ipc_event(CudaEvent& event) noexcept {
+  FAKE_ENTER(FakeOp::create_ipc_event);
+  const std::uint64_t ev = world_->next_id_++;
+  FakeGpuWorld::EventState st;
+  st.owner = id_;
+  st.device = world_device(current_);
+  world_->events_[ev] = st;
+  const std::uint64_t h = world_->next_id_++;
+  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, world_device(current_), false};
+  event = to_event(h);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::destroy_event(CudaEvent event) noexcept {
+  FAKE_ENTER(FakeOp::destroy_event);
+  auto it = world_->handles_.find(from_event(event));
+  if (it == world_->handles_.end() || it->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;
+  world_->handles_.erase(it);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::record_event(CudaEvent event, CudaStream stream) noexcept {
+  FAKE_ENTER(FakeOp::record_event);
+  auto h = world_->handles_.find(from_event(event));
+  if (h == world_->handles_.end() || h->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  auto& ev = world_->events_.at(h->second.event);
+  if (ev.destroyed) {
+    ++world_->use_after_destroy_;
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  std::uint64_t sid = 0;
+  if (stream == nullptr) {
+    sid = world_->legacy_stream(id_, world_device(current_));
+  } else {
+    sid = from_stream(stream);
+    auto s = world_->streams_.find(sid);
+    if (s == world_->streams_.end() || s->second.process != id_) {
+      return ret(CudaErr::invalid_resource_handle);
+    }
+  }
+  if (world_->streams_.at(sid).device != h->second.device) {
+    return ret(CudaErr::invalid_resource_handle);  // event and stream of different devices
+  }
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::record;
+  op.event = h->second.event;
+  op.seq = ++ev.issued;
+  world_->push(sid, std::move(op));
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::query_event(CudaEvent event) noexcept {
+  FAKE_ENTER(FakeOp::query_event);
+  auto h = world_->handles_.find(from_event(event));
+  if (h == world_->handles_.end() || h->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  const auto& ev = world_->events_.at(h->second.event);
+  if (ev.destroyed && h->second.imported) {
+    ++world_->use_after_destroy_;
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  world_->advance();
+  return ev.completed >= ev.issued ? CudaErr::success : CudaErr::not_ready;
+}
+
+CudaErr FakeCuda::synchronize_event(CudaEvent event) noexcept {
+  FAKE_ENTER(FakeOp::synchronize_event);
+  auto h = world_->handles_.find(from_event(event));
+  if (h == world_->handles_.end() || h->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  const auto& ev = world_->events_.at(h->second.event);
+  world_->advance();
+  if (ev.completed >= ev.issued) return CudaErr::success;
+  world_->finish_local_work_before(0, 0, id_);
+  if (ev.completed >= ev.issued) return CudaErr::success;
+  ++world_->hangs_;
+  return ret(CudaErr::unknown);
+}
+
+CudaErr FakeCuda::ipc_get_event_handle(detail::CudaIpcEventHandle& handle,
+                                       CudaEvent event) noexcept {
+  FAKE_ENTER(FakeOp::ipc_get_event_handle);
+  auto h = world_->handles_.find(from_event(event));
+  if (h == world_->handles_.end() || h->second.process != id_ || h->second.imported) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  encode(handle.bytes, kEvtMagic, static_cast<std::uint64_t>(id_), h->second.event);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::ipc_open_event_handle(CudaEvent& event,
+                                        const detail::CudaIpcEventHandle& handle) noexcept {
+  FAKE_ENTER(FakeOp::ipc_open_event_handle);
+  std::uint64_t process = 0;
+  std::uint64_t ev = 0;
+  if (!decode(handle.bytes, kEvtMagic, process, ev)) return ret(CudaErr::invalid_value);
+  auto it = world_->events_.find(ev);
+  if (it == world_->events_.end() || it->second.destroyed) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  if (it->second.owner == id_) return ret(CudaErr::device_uninitialized);
+  const std::uint64_t h = world_->next_id_++;
+  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, world_device(current_), true};
+  event = to_event(h);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::create_stream(CudaStream& stream) noexcept {
+  FAKE_ENTER(FakeOp::create_stream);
+  const std::uint64_t id = world_->next_id_++;
+  FakeGpuWorld::Stream s;
+  s.process = id_;
+  s.device = world_device(current_);
+  s.nonblocking = true;
+  world_->streams_[id] = std::move(s);
+  stream = to_stream(id);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::destroy_stream(CudaStream stream) noexcept {
+  FAKE_ENTER(FakeOp::destroy_stream);
+  auto s = world_->streams_.find(from_stream(stream));
+  if (s == world_->streams_.end() || s->second.process != id_ || s->second.destroyed) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  s->second.destroyed = true;  // queued work still runs
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept {
+  FAKE_ENTER(FakeOp::stream_wait_event);
+  auto h = world_->handles_.find(from_event(event));
+  if (h == world_->handles_.end() || h->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  auto& ev = world_->events_.at(h->second.event);
+  if (ev.destroyed && h->second.imported) {
+    ++world_->use_after_destroy_;
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  std::uint64_t sid = 0;
+  if (stream == nullptr) {
+    sid = world_->legacy_stream(id_, world_device(current_));
+  } else {
+    sid = from_stream(stream);
+    auto s = world_->streams_.find(sid);
+    if (s == world_->streams_.end() || s->second.process != id_) {
+      return ret(CudaErr::invalid_resource_handle);
+    }
+  }
+  if (ev.issued == 0) return CudaErr::success;  // never recorded: nothing to wait for
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::wait;
+  op.event = h->second.event;
+  op.seq = ev.issued;
+  world_->push(sid, std::move(op));
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
+  FAKE_ENTER(FakeOp::stream_synchronize);
+  const std::uint64_t sid =
+      stream == nullptr ? world_->legacy_stream(id_, world_device(current_)) : from_stream(stream);
+  auto s = world_->streams_.find(sid);
+  if (s == world_->streams_.end() || s->second.process != id_) {
+    return ret(CudaErr::invalid_resource_handle);
+  }
+  world_->advance();
+  if (s->second.ops.empty()) return CudaErr::success;
+  world_->finish_local_work_before(sid, 0, id_);
+  if (s->second.ops.empty()) return CudaErr::success;
+  ++world_->hangs_;
+  return ret(CudaErr::unknown);
+}
+
+CudaErr FakeCuda::get_last_error() noexcept {
+  std::lock_guard lock(world_->mutex_);
+  const CudaErr e = last_error_;
+  last_error_ = CudaErr::success;
+  return e;
+}
+
+const char* FakeCuda::error_name(CudaErr err) noexcept {
+  switch (err) {
+    case CudaErr::success:
+      return "cudaSuccess";
+    case CudaErr::invalid_value:
+      return "cudaErrorInvalidValue";
+    case CudaErr::memory_allocation:
+      return "cudaErrorMemoryAllocation";
+    case CudaErr::initialization_error:
+      return "cudaErrorInitializationError";
+    case CudaErr::insufficient_driver:
+      return "cudaErrorInsufficientDriver";
+    case CudaErr::no_device:
+      return "cudaErrorNoDevice";
+    case CudaErr::invalid_device:
+      return "cudaErrorInvalidDevice";
+    case CudaErr::device_uninitialized:
+      return "cudaErrorDeviceUninitialized";
+    case CudaErr::map_buffer_object_failed:
+      return "cudaErrorMapBufferObjectFailed";
+    case CudaErr::already_mapped:
+      return "cudaErrorAlreadyMapped";
+    case CudaErr::peer_access_unsupported:
+      return "cudaErrorPeerAccessUnsupported";
+    case CudaErr::invalid_resource_handle:
+      return "cudaErrorInvalidResourceHandle";
+    case CudaErr::not_ready:
+      return "cudaErrorNotReady";
+    case CudaErr::not_supported:
+      return "cudaErrorNotSupported";
+    case CudaErr::unknown:
+      return "cudaErrorUnknown";
+  }
+  return "cudaError(other)";
+}
+
+#undef FAKE_ENTER
+
+// ---- test controls ---------------------------------------------------------------------------
+
+CudaStream FakeCuda::make_stream(bool nonblocking) {
+  std::lock_guard lock(world_->mutex_);
+  const std::uint64_t id = world_->next_id_++;
+  FakeGpuWorld::Stream s;
+  s.process = id_;
+  s.device = world_device(current_);
+  s.nonblocking = nonblocking;
+  world_->streams_[id] = std::move(s);
+  return to_stream(id);
+}
+
+std::uint64_t FakeCuda::launch(CudaStream stream, bool held) {
+  std::lock_guard lock(world_->mutex_);
+  const std::uint64_t sid =
+      stream == nullptr ? world_->legacy_stream(id_, world_device(current_)) : from_stream(stream);
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::work;
+  op.held = held;
+  return world_->push(sid, std::move(op));
+}
+
+void FakeCuda::finish(std::uint64_t work) {
+  std::lock_guard lock(world_->mutex_);
+  world_->ops_.at(work).held = false;
+  world_->advance();
+}
+
+bool FakeCuda::done(std::uint64_t work) const {
+  std::lock_guard lock(world_->mutex_);
+  world_->advance();
+  return world_->ops_.at(work).done;
+}
+
+void FakeCuda::kill() {
+  std::lock_guard lock(world_->mutex_);
+  world_->dead_.insert(id_);
+  for (auto it = world_->handles_.begin(); it != world_->handles_.end();) {
+    if (it->second.process == id_) {
+      if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;
+      it = world_->handles_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [p, m] : mappings_) {
+    auto a = world_->allocations_.find(m.allocation);
+    if (a != world_->allocations_.end() && --a->second.mappings == 0 && a->second.freed) {
+      world_->allocations_.erase(a);
+    }
+  }
+  mappings_.clear();
+  for (auto it = world_->allocations_.begin(); it != world_->allocations_.end();) {
+    if (it->second.owner == id_ && it->second.mappings == 0) {
+      it = world_->allocations_.erase(it);
+    } else {
+      if (it->second.owner == id_) it->second.freed = true;
+      ++it;
+    }
+  }
+  world_->advance();
+}
+
+void FakeCuda::fail(FakeOp op, CudaErr err, int times) {
+  std::lock_guard lock(world_->mutex_);
+  inject_[op] = {err, times};
+}
+
+int FakeCuda::calls(FakeOp op) const {
+  std::lock_guard lock(world_->mutex_);
+  return calls_[static_cast<std::size_t>(op)];
+}
+
+int FakeCuda::open_mappings() const {
+  std::lock_guard lock(world_->mutex_);
+  return static_cast<int>(mappings_.size());
+}
+
+int FakeCuda::current_device() const {
+  std::lock_guard lock(world_->mutex_);
+  return current_;
+}
+
+}  // namespace ipcring::test

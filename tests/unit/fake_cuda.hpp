@@ -1,0 +1,242 @@
+// fake_cuda.hpp — a simulated CUDA machine for the CPU tests of the CUDA pool.
+//
+// FakeGpuWorld is the machine: devices (with UUIDs, attributes and a peer-access matrix), device
+// allocations (host memory), events and streams. FakeCuda is one simulated process's view of it
+// and implements detail::CudaApi, so a test can run a producer in "process" A and a reader in
+// "process" B inside one real process, and kill B.
+//
+// What is simulated, and how:
+//  * IPC handles encode (exporting process, object id). Opening a handle of one's own process
+//    fails (as in CUDA); opening one twice in a process either returns the same pointer with a
+//    reference count (CUDA 11+) or cudaErrorAlreadyMapped (older drivers), per
+//    `already_mapped_mode`. A mapping returns the exporter's host pointer, so data written by one
+//    "process" is read by the other. A mapping must be closed with the device that was current at
+//    open, else the close fails and `wrong_device_closes` counts it.
+//  * Streams are ordered queues of operations: work (a "kernel" the test launches and may hold
+//    until it calls finish()), event records, and event waits. An operation runs when everything
+//    before it in its stream ran (and, for the legacy default stream, the work queued before it in
+//    the process's blocking streams; and the other way round). A record completes the event up to
+//    its sequence number; a wait passes once the event completed up to the record it captured (a
+//    newer completed record satisfies it: the monotonic-semaphore model the pool's rescue relies
+//    on).
+//  * A killed process's streams never run again (its pending records never complete); its
+//    events are destroyed and its mappings dropped, as when the driver tears a context down.
+//  * Anything that would block forever (synchronising on work that waits for another process)
+//    returns CudaErr::unknown and counts in `hangs`, so a test fails instead of hanging.
+//  * fail(op, err, times) injects errors.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_api.hpp"
+
+namespace ipcring::test {
+
+using detail::CudaErr;
+using detail::CudaEvent;
+
+enum class FakeOp {
+  get_device_count,
+  get_device,
+  set_device,
+  device_uuid,
+  device_attribute,
+  can_access_peer,
+  malloc,
+  free,
+  ipc_get_mem_handle,
+  ipc_open_mem_handle,
+  ipc_close_mem_handle,
+  create_ipc_event,
+  destroy_event,
+  record_event,
+  query_event,
+  synchronize_event,
+  ipc_get_event_handle,
+  ipc_open_event_handle,
+  create_stream,
+  destroy_stream,
+  stream_wait_event,
+  stream_synchronize,
+  count_
+};
+
+struct FakeDevice {
+  std::array<unsigned char, 16> uuid{};
+  bool integrated = false;
+  bool unified_addressing = true;
+  bool ipc_events = true;
+};
+
+class FakeCuda;
+
+class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
+ public:
+  // `driver` false: every call reports cudaErrorInsufficientDriver.
+  static std::shared_ptr<FakeGpuWorld> make(std::vector<FakeDevice> devices, bool driver = true);
+  // A device whose UUID bytes are all `tag`.
+  static FakeDevice device(unsigned char tag);
+
+  // A new simulated process seeing `visible` (world device indices, in ordinal order; empty:
+  // all devices), with device 0 current.
+  std::shared_ptr<FakeCuda> process(std::vector<int> visible = {});
+
+  void set_peer_access(int a, int b, bool can);
+  bool already_mapped_mode = false;
+
+  // Counters (read them with the world quiescent).
+  int wrong_device_closes() const;
+  int hangs() const;
+  int freed_while_mapped() const;
+  int use_after_destroy() const;
+  std::uint64_t bytes_allocated(void* ptr) const;  // size of the allocation at `ptr` (0: none)
+
+ private:
+  friend class FakeCuda;
+  FakeGpuWorld() = default;
+
+  struct Allocation {
+    int owner = 0;
+    int device = 0;  // world index
+    std::unique_ptr<std::byte[]> storage;
+    std::uint64_t bytes = 0;
+    bool freed = false;
+    int mappings = 0;  // opens in other processes not yet closed
+  };
+  struct EventState {
+    int owner = 0;
+    int device = 0;  // world index
+    bool destroyed = false;
+    std::uint64_t issued = 0;     // sequence of the newest record
+    std::uint64_t completed = 0;  // highest sequence completed
+  };
+  struct Op {
+    enum class Kind { work, record, wait } kind = Kind::work;
+    std::uint64_t event = 0;
+    std::uint64_t seq = 0;  // record: its sequence; wait: the sequence it waits for
+    bool held = false;
+    bool done = false;
+    std::vector<std::uint64_t> deps;
+  };
+  struct Stream {
+    int process = 0;
+    int device = 0;  // world index
+    bool nonblocking = false;
+    bool legacy = false;
+    bool destroyed = false;
+    std::deque<std::uint64_t> ops;
+  };
+  struct Handle {  // an event handle as seen by one process
+    int process = 0;
+    std::uint64_t event = 0;
+    int device = 0;  // world index of the context it belongs to
+    bool imported = false;
+  };
+
+  // Called with mutex_ held.
+  void advance();
+  bool runnable(const Op& op) const;
+  std::uint64_t push(std::uint64_t stream, Op op);
+  std::uint64_t legacy_stream(int process, int device);
+  bool finish_local_work_before(std::uint64_t stream, std::uint64_t op_id, int process);
+
+  mutable std::mutex mutex_;
+  std::vector<FakeDevice> devices_;
+  bool driver_ = true;
+  std::set<std::pair<int, int>> peers_;
+  int next_process_ = 1;
+  std::set<int> dead_;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, Allocation> allocations_;
+  std::map<std::uint64_t, EventState> events_;
+  std::map<std::uint64_t, Op> ops_;
+  std::map<std::uint64_t, Stream> streams_;  // key: the CudaStream value
+  std::map<std::uint64_t, Handle> handles_;  // key: the CudaEvent value
+  std::map<std::pair<int, int>, std::uint64_t> legacy_;
+  int wrong_device_closes_ = 0;
+  int hangs_ = 0;
+  int freed_while_mapped_ = 0;
+  int use_after_destroy_ = 0;
+};
+
+class FakeCuda final : public detail::CudaApi {
+ public:
+  // ---- CudaApi
+  CudaErr get_device_count(int& count) noexcept override;
+  CudaErr get_device(int& device) noexcept override;
+  CudaErr set_device(int device) noexcept override;
+  CudaErr device_uuid(int device, detail::CudaUuid& uuid) noexcept override;
+  CudaErr device_attribute(detail::CudaAttr attr, int device, int& value) noexcept override;
+  CudaErr can_access_peer(int device, int peer, int& can) noexcept override;
+  CudaErr malloc(void** ptr, std::size_t bytes) noexcept override;
+  CudaErr free(void* ptr) noexcept override;
+  CudaErr ipc_get_mem_handle(detail::CudaIpcMemHandle& handle, void* ptr) noexcept override;
+  CudaErr ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle& handle) noexcept override;
+  CudaErr ipc_close_mem_handle(void* ptr) noexcept override;
+  CudaErr create_ipc_event(CudaEvent& event) noexcept override;
+  CudaErr destroy_event(CudaEvent event) noexcept override;
+  CudaErr record_event(CudaEvent event, CudaStream stream) noexcept override;
+  CudaErr query_event(CudaEvent event) noexcept override;
+  CudaErr synchronize_event(CudaEvent event) noexcept override;
+  CudaErr ipc_get_event_handle(detail::CudaIpcEventHandle& handle,
+                               CudaEvent event) noexcept override;
+  CudaErr ipc_open_event_handle(CudaEvent& event,
+                                const detail::CudaIpcEventHandle& handle) noexcept override;
+  CudaErr create_stream(CudaStream& stream) noexcept override;
+  CudaErr destroy_stream(CudaStream stream) noexcept override;
+  CudaErr stream_wait_event(CudaStream stream, CudaEvent event) noexcept override;
+  CudaErr stream_synchronize(CudaStream stream) noexcept override;
+  CudaErr get_last_error() noexcept override;
+  const char* error_name(CudaErr err) noexcept override;
+
+  // ---- test controls
+  // A blocking (default) or non-blocking stream of this process on its current device.
+  CudaStream make_stream(bool nonblocking = false);
+  // Queues a kernel on `stream` (nullptr: the legacy stream). A held kernel runs only after
+  // finish(id). Returns its id.
+  std::uint64_t launch(CudaStream stream, bool held = true);
+  void finish(std::uint64_t work);
+  bool done(std::uint64_t work) const;
+  // The process dies: its streams stop, its events and mappings go away.
+  void kill();
+  // Injects `err` into the next `times` calls of `op` (times < 0: every call).
+  void fail(FakeOp op, CudaErr err, int times = 1);
+  int calls(FakeOp op) const;
+  int open_mappings() const;  // memory handles this process has open
+  int process_id() const { return id_; }
+  int current_device() const;
+
+ private:
+  friend class FakeGpuWorld;
+  FakeCuda(std::shared_ptr<FakeGpuWorld> world, int id, std::vector<int> visible)
+      : world_(std::move(world)), id_(id), visible_(std::move(visible)) {}
+  // Counts the call and applies injected errors and the driver/death checks. Called with the
+  // world mutex held. Returns success when the call should proceed.
+  CudaErr enter(FakeOp op);
+  CudaErr ret(CudaErr e);  // remembers e as the last error
+  int world_device(int ordinal) const { return visible_[static_cast<std::size_t>(ordinal)]; }
+
+  std::shared_ptr<FakeGpuWorld> world_;
+  int id_;
+  std::vector<int> visible_;
+  int current_ = 0;  // ordinal
+  CudaErr last_error_ = CudaErr::success;
+  std::array<int, static_cast<std::size_t>(FakeOp::count_)> calls_{};
+  std::map<FakeOp, std::pair<CudaErr, int>> inject_;
+  struct Mapping {
+    std::uint64_t allocation = 0;
+    int device = 0;  // ordinal current at open
+    int refs = 0;
+  };
+  std::map<void*, Mapping> mappings_;
+};
+
+}  // namespace ipcring::test
