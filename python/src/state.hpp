@@ -1,0 +1,110 @@
+// state.hpp — the C++ objects behind the Python classes, and who keeps what alive.
+//
+// Ownership (arrows: "keeps alive"):
+//
+//   Producer (py) ──> ProducerState ──> ipcring::Producer ──> ProducerCore
+//   Loan (py) ──> LoanState ──> ipcring::Loan ──> ProducerCore
+//   loan views (memoryview, ndarray, DLPack tensor) ──> LoanExport ──> LoanState
+//
+//   Reader (py) ──> ReaderState ──> ipcring::Reader ──> ReaderCore (lease, mapping)
+//   Frame (py) ──> FrameHold ──> ipcring::Frame ──> ReaderCore
+//   frame views (memoryview, ndarray, DLPack tensor) ──> FrameView or DLPack export ──> FrameHold
+//
+// A FrameHold is the one place a slot is held: the slot is released when the last reference to
+// it goes, whichever that is (the Frame, or the last view). Frame.release() drops the Frame's own
+// reference only, so no view ever points at a buffer the producer may rewrite.
+//
+// A LoanState counts its live views (LoanExport objects); publish() refuses (BufferError) while a
+// view of the loan is alive, so nothing can write into a frame after it was published.
+//
+// Threads: the C++ Producer and Reader are not thread-safe; each state carries a mutex that
+// serialises calls into them, taken with the GIL released when a call may block. A mutex is never
+// held while acquiring the GIL (no lock-order inversion). FrameHold and LoanState hold no Python
+// objects, so DLPack deleters may destroy them on any thread without the GIL.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "ipcring/ipcring.hpp"
+
+namespace ipcring::python {
+
+// Where the bytes of a frame or loan live, in DLPack's terms. Host frames are kDLCPU; CUDA
+// frames (a later backend of the Python module) will be kDLCUDA with the reader's device ordinal.
+enum class DeviceKind { cpu, cuda };
+struct Device {
+  DeviceKind kind = DeviceKind::cpu;
+  int index = 0;
+};
+
+struct ProducerState {
+  std::mutex mutex;                  // serialises calls into `producer` and drops of its loans
+  std::optional<Producer> producer;  // empty once closed
+  std::string name;
+  Backend backend = Backend::host;
+  Device device;
+};
+
+struct LoanState {
+  explicit LoanState(std::shared_ptr<ProducerState> p) : producer(std::move(p)) {}
+  LoanState(const LoanState&) = delete;
+  LoanState& operator=(const LoanState&) = delete;
+  ~LoanState() {
+    if (loan.valid()) {
+      std::lock_guard lock(producer->mutex);
+      Loan dropped = std::move(loan);  // returns the slot to the pool
+    }
+  }
+
+  std::shared_ptr<ProducerState> producer;
+  Loan loan;                    // guarded by producer->mutex; empty once published
+  std::atomic<int> exports{0};  // live buffer and DLPack views
+};
+
+struct FrameHold {
+  Frame frame;  // its destructor releases the slot
+};
+
+struct ReaderState {
+  std::mutex mutex;              // serialises calls into `reader`
+  std::optional<Reader> reader;  // empty once closed
+  std::string name;
+  Backend backend = Backend::host;
+  Device device;
+};
+
+// Python Frame: the descriptor, copied at read time (readable after release), and the hold.
+struct PyFrame {
+  std::shared_ptr<FrameHold> hold;  // null once this object released it
+  std::weak_ptr<FrameHold> watch;   // tells whether views still hold the slot
+  std::string channel;
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t timestamp_ns = 0;
+  std::uint64_t skipped = 0;
+  std::uint32_t slot = 0;
+  std::string metadata;
+  Device device;
+};
+
+// Python Loan.
+struct PyLoan {
+  std::shared_ptr<LoanState> state;  // null once published or discarded
+  std::string channel;
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+  std::uint64_t sequence = 0;
+  std::uint32_t slot = 0;
+  bool published = false;
+  Device device;
+};
+
+}  // namespace ipcring::python

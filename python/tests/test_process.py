@@ -1,0 +1,185 @@
+"""Across processes: PyTorch reader of a Python or ringpub producer, Python producer with a ringsub
+reader, a SIGKILLed reader holding a tensor, a producer takeover, Ctrl-C in a blocked read."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import ipcring
+import ringtest
+
+torch = pytest.importorskip("torch")
+
+FRAME_BYTES = 64 * 1024
+
+
+def attach_when_ready(name, timeout=10.0, **kw):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ipcring.Reader(name, **kw)
+        except (ipcring.NotFound, ipcring.NotReady):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def read_tensors_and_verify(reader, count, hold_s=0.0):
+    """Reads `count` frames as torch tensors; each must share the frame's memory and carry its
+    pattern, also after the Frame object is released and the producer went on for hold_s."""
+    sequences = []
+    for _ in range(count):
+        frame = reader.read(timeout=10)
+        tensor = torch.from_dlpack(frame)
+        assert tensor.dtype == torch.uint8 and tuple(tensor.shape) == (frame.size,)
+        assert tensor.data_ptr() == frame.address  # zero-copy: the tensor is the frame
+        seq = frame.sequence
+        assert ringtest.check_pattern(tensor.numpy(), seq)
+        frame.release()  # the tensor keeps the slot held ...
+        if hold_s:
+            time.sleep(hold_s)
+        assert ringtest.check_pattern(tensor.numpy(), seq)  # ... so nothing overwrote it
+        del tensor
+        sequences.append(seq)
+    assert sequences == sorted(sequences) and len(set(sequences)) == count
+    return sequences
+
+
+def finish(proc, timeout=20):
+    if proc.stdin is not None and proc.stdin.closed:
+        proc.stdin = None  # communicate() would flush it
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError("child did not exit: stdout=%r stderr=%r" % (out, err))
+    return proc.returncode, out, err
+
+
+def test_torch_reader_of_python_producer_process(channel):
+    proc = ringtest.spawn_child("producer", channel, 8, 2, 2, FRAME_BYTES, 200, 500,
+                                stdin=subprocess.PIPE)
+    try:
+        ringtest.expect_line(proc, "ready")
+        with attach_when_ready(channel, policy="latest") as reader:
+            read_tensors_and_verify(reader, 20, hold_s=0.01)
+        ringtest.expect_line(proc, "published")
+    finally:
+        proc.stdin.close()
+        rc, out, err = finish(proc)
+    assert rc == 0, err
+
+
+def test_torch_reader_of_ringpub(channel, ringpub):
+    proc = subprocess.Popen([ringpub, channel, "--slots", "8", "--readers", "2", "--max-held", "2",
+                             "--frame-bytes", str(FRAME_BYTES), "--rate", "1000", "--duration",
+                             "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with attach_when_ready(channel, policy="sequential") as reader:
+            read_tensors_and_verify(reader, 30, hold_s=0.005)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc, out, err = finish(proc)
+    assert rc == 0, err
+    assert "published=" in out
+
+
+def test_ringsub_reader_of_python_producer(channel, ringsub):
+    count = 50
+    with ipcring.Producer(channel, slots=8, max_readers=2, max_held=1,
+                          frame_bytes=FRAME_BYTES) as p:
+        proc = subprocess.Popen([ringsub, channel, "--policy", "sequential", "--hold-ms", "1",
+                                 "--count", str(count)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert ringtest.wait_until(lambda: ipcring.inspect(channel)["readers"], 10)
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < deadline:
+                with p.loan(timeout=5) as loan:
+                    loan.write(ringtest.pattern(loan.sequence, FRAME_BYTES))
+                    p.publish(loan, FRAME_BYTES)
+                time.sleep(0.002)
+        finally:
+            rc, out, err = finish(proc)
+    assert rc == 0, (out, err)  # ringsub exits 1 on a corrupt frame
+    assert "frames=%d" % count in out and "corrupt=0" in out, out
+
+
+def test_sigkilled_reader_holding_a_tensor_is_reaped(channel):
+    with ipcring.Producer(channel, slots=4, max_readers=1, max_held=1,
+                          frame_bytes=4096, reap_period=3600) as p:
+        p.send(ringtest.pattern(1, 4096))
+        child = ringtest.spawn_child("holder", channel)
+        try:
+            line = ringtest.expect_line(child, "holding")
+            fields = dict(f.split("=") for f in line.split()[1:])
+            slot, pid = int(fields["slot"]), int(fields["pid"])
+            assert fields["shares"] == "1"  # the child's tensor shared the frame's memory
+            s = ipcring.inspect(channel)
+            assert [(e["pid"], e["alive"], e["held_slots"]) for e in s["readers"]] == [
+                (pid, True, [slot])]
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.communicate()
+        s = ipcring.inspect(channel)
+        assert [(e["alive"], e["held_slots"]) for e in s["readers"]] == [(False, [slot])]
+        assert p.reap_dead_readers() == 1
+        s = ipcring.inspect(channel)
+        assert s["readers"] == [] and s["slots"][slot]["reader_mask"] == 0
+        # The producer recycles the dead reader's slot.
+        seen = set()
+        for _ in range(8):
+            with p.loan(timeout=1) as loan:
+                seen.add(loan.slot)
+                p.publish(loan, 8)
+        assert slot in seen
+
+
+def test_reader_survives_producer_death_and_takeover(channel):
+    proc = ringtest.spawn_child("producer", channel, 4, 2, 1, 4096, 1, 0, stdin=subprocess.PIPE)
+    ringtest.expect_line(proc, "published")
+    with attach_when_ready(channel) as reader:
+        assert ringtest.check_pattern(reader.read(timeout=5), 1)
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.communicate()
+        with pytest.raises(ipcring.ProducerGone):
+            reader.read(timeout=5)
+        with ipcring.Producer(channel, slots=4, max_readers=2, max_held=1,
+                              frame_bytes=4096) as p2:
+            assert p2.epoch == 2
+            p2.send(ringtest.pattern(2, 4096))
+            # The takeover ends epoch 1 once more for this reader (it had only seen the dead
+            # producer through the liveness probe): one more ProducerGone, then frames.
+            with pytest.raises(ipcring.ProducerGone):
+                reader.read(timeout=5)
+            with reader.read(timeout=5) as frame:
+                assert frame.epoch == 2 and frame.sequence == 2
+                assert ringtest.check_pattern(frame, 2)
+
+
+def test_ctrl_c_interrupts_a_blocked_read(channel):
+    with ipcring.Producer(channel, slots=4, max_readers=1, frame_bytes=64):
+        child = ringtest.spawn_child("blocked_reader", channel)
+        try:
+            ringtest.expect_line(child, "reading")
+            time.sleep(0.33)  # let it block in read() (not on a 50 ms slice boundary)
+            assert child.poll() is None
+            sent = time.monotonic_ns()
+            child.send_signal(signal.SIGINT)
+            line = ringtest.expect_line(child, "interrupted", timeout=5)
+            latency = (int(line.split()[1]) - sent) / 1e9
+            rc, out, err = finish(child)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    assert rc == 0, err
+    assert latency < 0.5, "KeyboardInterrupt took %.3f s" % latency
