@@ -23,7 +23,7 @@ using test::wait_exit;
 
 namespace {
 
-bool install_no_syscall_filter() {
+[[maybe_unused]] bool install_no_syscall_filter() {
   // Allow a few system calls; kill the process on any other.
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
@@ -41,8 +41,21 @@ bool install_no_syscall_filter() {
 
 }  // namespace
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define IPCRING_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define IPCRING_TEST_SANITIZED 1
+#endif
+#endif
+
 TEST_CASE("loan/publish/try_read/release make no system call when no reader sleeps") {
-#if !defined(__x86_64__)
+#if defined(IPCRING_TEST_SANITIZED)
+  // The sanitizer runtimes make system calls of their own (shadow memory, quarantine); the
+  // property is checked by the uninstrumented builds.
+  MESSAGE("skipped: sanitizer build");
+  return;
+#elif !defined(__x86_64__)
   // The seccomp program above uses x86-64 system call numbers without an arch check.
   MESSAGE("skipped: seccomp check written for x86-64");
   return;
