@@ -36,24 +36,13 @@ std::string hex(std::uint64_t v) {
   return b;
 }
 
-int mutex_kind(const detail::MutexStorage& storage) noexcept {
-  int kind = 0;
-#if defined(__GLIBC__)
-  // glibc's pthread_mutex_t: the kind (type | robust | pshared | protocol bits) is immutable after
-  // pthread_mutex_init. Copied bytewise: the storage is shared memory another process may scribble.
-  std::memcpy(&kind, storage.bytes + offsetof(pthread_mutex_t, __data.__kind), sizeof kind);
-#else
-  (void)storage;
-#endif
-  return kind;
-}
 
 // Liveness of a lease, probing only a plausible mutex. `who` names the owner in problems.
 bool probe_lease(detail::MutexStorage& storage, const std::string& who,
                  std::vector<std::string>& problems) {
   if (!detail::lease_mutex_plausible(storage)) {
     problems.push_back(who + "'s lease is not a robust process-shared mutex (kind " +
-                       hex(static_cast<std::uint32_t>(mutex_kind(storage))) +
+                       hex(static_cast<std::uint32_t>(detail::lease_mutex_kind(storage))) +
                        "); not probed, counted as dead");
     return false;
   }
@@ -64,21 +53,6 @@ bool probe_lease(detail::MutexStorage& storage, const std::string& who,
 
 namespace detail {
 
-bool lease_mutex_plausible(const MutexStorage& storage) noexcept {
-#if defined(__GLIBC__)
-  static const int expected = [] {
-    MutexStorage reference{};
-    if (init_robust_mutex(reference) != 0) return -1;
-    const int kind = mutex_kind(reference);
-    pthread_mutex_destroy(as_mutex(reference));
-    return kind;
-  }();
-  return expected != -1 && mutex_kind(storage) == expected;
-#else
-  (void)storage;
-  return true;
-#endif
-}
 
 Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
                        std::uint32_t mode) {
@@ -108,7 +82,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     s.producer.alive = probe_lease(p.lease, "the producer", s.problems);
   } else if (!lease_mutex_plausible(p.lease)) {
     s.problems.push_back("the producer's lease is not a robust process-shared mutex (kind " +
-                         hex(static_cast<std::uint32_t>(mutex_kind(p.lease))) + ")");
+                         hex(static_cast<std::uint32_t>(lease_mutex_kind(p.lease))) + ")");
   }
   s.producer.pid = p.pid.load(std::memory_order_relaxed);
   s.producer.instance_id = p.instance_id.load(std::memory_order_relaxed);
@@ -134,7 +108,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
       if (!lease_mutex_plausible(e.lease)) {
         s.problems.push_back("free reader entry " + std::to_string(i) +
                              "'s lease is not a robust process-shared mutex (kind " +
-                             hex(static_cast<std::uint32_t>(mutex_kind(e.lease))) + ")");
+                             hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) + ")");
       }
       continue;
     }
@@ -245,12 +219,13 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
 Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view name) {
   const std::string ch = "ipcring: channel '" + std::string(name) + "': ";
   if (reinterpret_cast<std::uintptr_t>(base) % kLine != 0) {
-    throw Error(Errc::invalid_argument, ch + "segment image is not aligned to " +
-                                            std::to_string(kLine) + " bytes");
+    throw Error(Errc::invalid_argument,
+                ch + "segment image is not aligned to " + std::to_string(kLine) + " bytes");
   }
   if (size < sizeof(SegmentHeader)) {
     throw Error(Errc::corrupt_segment, ch + "corrupt control segment: the image is " +
-                                           std::to_string(size) + " bytes, smaller than its header");
+                                           std::to_string(size) +
+                                           " bytes, smaller than its header");
   }
   // Validate a private copy, as open_segment does.
   SegmentHeader copy;
@@ -303,7 +278,7 @@ std::size_t reap_dead_readers(std::string_view name) {
       throw Error(Errc::corrupt_segment,
                   "ipcring: channel '" + std::string(name) + "': corrupt control segment: reader " +
                       std::to_string(i) + "'s lease is not a robust process-shared mutex (kind " +
-                      hex(static_cast<std::uint32_t>(mutex_kind(e.lease))) + "); not reaping");
+                      hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) + "); not reaping");
     }
   }
   const std::size_t n = detail::reap_dead_readers(view, nullptr);

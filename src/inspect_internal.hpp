@@ -28,10 +28,5 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
 // owner's robust mutex is made consistent and unlocked), as a live segment would be.
 Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view name);
 
-// True when `storage` holds what init_robust_mutex() makes on this C library: a robust,
-// process-shared, normal, non-PI, non-PP mutex. Other bytes must not reach pthread_mutex_trylock:
-// glibc aborts (an assertion in __pthread_tpp_change_priority) on a priority-protect mutex with an
-// out-of-range ceiling, and PI mutexes make system calls on behalf of the segment's contents.
-bool lease_mutex_plausible(const MutexStorage& storage) noexcept;
 
 }  // namespace ipcring::detail

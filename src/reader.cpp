@@ -128,7 +128,8 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
     if (options.policy == ReadPolicy::sequential && head - target >= view.geo.log_size) {
       target = head - view.geo.log_size + 1;  // older entries are certainly overwritten
     }
-    for (; target <= head; ++target) {
+    // Counted, so that no value of head (read from shared memory) can make this loop long.
+    for (std::uint64_t left = head - target + 1; left-- > 0; ++target) {
       bool lost = false;
       Result<Frame> r = claim(self, target, head_word, lost);
       if (r) {
@@ -317,6 +318,7 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   // Both policies start with the newest frame present at attach.
   const std::uint64_t head = LogWord::sequence(p.head.load(std::memory_order_acquire));
   core->last_sequence = head > 0 ? head - 1 : 0;
+  view.reader(core->index).last_sequence.store(core->last_sequence, std::memory_order_relaxed);
   return Reader(std::move(core));
 }
 

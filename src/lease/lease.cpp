@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -81,9 +82,40 @@ int init_robust_mutex(MutexStorage& storage) noexcept {
   return rc;
 }
 
+int lease_mutex_kind(const MutexStorage& storage) noexcept {
+  int kind = 0;
+#if defined(__GLIBC__)
+  // glibc's pthread_mutex_t: the kind (type | robust | pshared | protocol bits) is immutable after
+  // pthread_mutex_init. Copied bytewise: the storage is shared memory another process may scribble.
+  std::memcpy(&kind, storage.bytes + offsetof(pthread_mutex_t, __data.__kind), sizeof kind);
+#else
+  (void)storage;
+#endif
+  return kind;
+}
+
+bool lease_mutex_plausible(const MutexStorage& storage) noexcept {
+#if defined(__GLIBC__)
+  static const int expected = [] {
+    MutexStorage reference{};
+    if (init_robust_mutex(reference) != 0) return -1;
+    const int kind = lease_mutex_kind(reference);
+    pthread_mutex_destroy(as_mutex(reference));
+    return kind;
+  }();
+  return expected != -1 && lease_mutex_kind(storage) == expected;
+#else
+  (void)storage;
+  return true;
+#endif
+}
+
 namespace {
 
 TakeResult trylock_here(MutexStorage& storage) noexcept {
+  // Never hand glibc a mutex whose immutable kind bits are not the ones init_robust_mutex sets:
+  // on hostile bytes (a priority-protect kind, say) pthread_mutex_trylock can abort the process.
+  if (!lease_mutex_plausible(storage)) return TakeResult::error;
   pthread_mutex_t* m = as_mutex(storage);
   const int rc = pthread_mutex_trylock(m);
   switch (rc) {

@@ -30,6 +30,12 @@ inline pthread_mutex_t* as_mutex(MutexStorage& storage) noexcept {
 // Initialises a process-shared robust mutex in `storage`. Returns 0 or an errno value.
 int init_robust_mutex(MutexStorage& storage) noexcept;
 
+// The immutable kind bits of a lease mutex (glibc), and whether they are exactly those
+// init_robust_mutex sets. A value read from shared memory is never trusted: trylock refuses an
+// implausible mutex (TakeResult::error) instead of letting glibc act on hostile bytes.
+int lease_mutex_kind(const MutexStorage& storage) noexcept;
+bool lease_mutex_plausible(const MutexStorage& storage) noexcept;
+
 // Result of taking a lease mutex.
 enum class TakeResult {
   busy,         // EBUSY: held by someone else (a live owner, or a prober for a moment)

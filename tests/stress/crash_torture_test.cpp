@@ -144,7 +144,8 @@ TEST_CASE("crash torture: readers SIGKILLed at random points never break the cha
     // Pick a victim; once it holds its lease and reads, let it run a random while (0-2 ms: many
     // claims and releases), then SIGKILL it.
     const std::size_t k = rng() % live.size();
-    const auto [victim, id] = live[k];
+    const pid_t victim = live[k].first;  // (not a structured binding: clang 14 cannot capture one)
+    const int id = live[k].second;
     eventually([&] { return board->attached[id].load() == 1; }, 2000ms);
     if (board->attached[id].load() == 1) board->killed_while_reading.fetch_add(1);
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));

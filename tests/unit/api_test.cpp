@@ -3,12 +3,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "ipcring/ipcring.hpp"
+#include "lease/lease.hpp"
+#include "segment/layout.hpp"
 #include "test_util.hpp"
 
 using namespace ipcring;
@@ -249,4 +257,32 @@ TEST_CASE("metadata travels with the frame") {
   REQUIRE(f);
   REQUIRE(f->metadata().size() == sizeof text);
   CHECK(std::memcmp(f->metadata().data(), text, sizeof text) == 0);
+}
+
+TEST_CASE("hostile lease mutex bytes never reach glibc: attach and reap survive them") {
+  ScopedChannel ch("hostilemutex");
+  auto p = Producer::create(ch, small(4, 2, 1));
+  // Scribble a priority-protect kind with an absurd ceiling over reader entry 0's mutex, as a
+  // corrupt or hostile segment could; glibc aborts if such a mutex reaches pthread_mutex_trylock.
+  const std::string path = "/dev/shm/ipcring." + ch.name();
+  const int fd = open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  REQUIRE(fstat(fd, &st) == 0);
+  void* base = mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                    MAP_SHARED, fd, 0);
+  REQUIRE(base != MAP_FAILED);
+  auto* seg = static_cast<unsigned char*>(base);
+  const auto& header = *reinterpret_cast<const detail::SegmentHeader*>(seg);
+  auto& entry = *reinterpret_cast<detail::ReaderEntry*>(seg + header.reader_table_offset);
+  const int pp_kind = 0x40 /* PTHREAD_MUTEX_PRIO_PROTECT_NP */ | (5000 << 19);
+  std::memcpy(entry.lease.bytes + offsetof(pthread_mutex_t, __data.__kind), &pp_kind,
+              sizeof pp_kind);
+  entry.lease_word.store(detail::LeaseWord::make(3, detail::LeaseState::active));
+  CHECK_FALSE(detail::lease_mutex_plausible(entry.lease));
+  auto r = Reader::attach(ch);  // skips the implausible entry
+  CHECK(r.index() == 1);
+  CHECK(p.reap_dead_readers() == 0);
+  munmap(base, static_cast<std::size_t>(st.st_size));
+  close(fd);
 }

@@ -1,0 +1,187 @@
+// descriptor_fuzz.cpp — libFuzzer target: the reader's claim path against hostile descriptors.
+//
+// A reader (ReaderCore, the object behind ipcring::Reader) reads from an in-memory control segment
+// whose producer-written words — head, publication log entries, slot state words and descriptors,
+// the lease words — are set by the input between reads. Properties (invariant 7 of DESIGN.md):
+// every frame handed out has slot < slots, size <= frame_bytes, the buffer of its own slot and the
+// reader's epoch; the frame pool is never asked for a slot out of range; try_read returns in
+// bounded time (libFuzzer's -timeout catches a hang). The segment's layout itself is trusted here
+// (segment_fuzz covers the header).
+//
+// Input: byte 0 = slots - 1 (mod 16), byte 1 = flags (bit 0 sequential policy, bit 1 max_held 2),
+// then 10-byte operations [op][index][8-byte little-endian value].
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend/pool.hpp"
+#include "common/clock.hpp"
+#include "core.hpp"
+#include "ipcring/error.hpp"
+#include "lease/lease.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
+
+namespace {
+
+using namespace ipcring;
+using namespace ipcring::detail;
+
+constexpr std::uint64_t kFrameBytes = 256;
+
+[[noreturn]] void fail(const char* why) {
+  std::fprintf(stderr, "descriptor_fuzz: property violated: %s\n", why);
+  std::abort();
+}
+
+class FakePool final : public ReaderPool {
+ public:
+  explicit FakePool(std::uint32_t slots) : slots_(slots), memory_(slots * kFrameBytes) {}
+  const std::byte* buffer(std::uint32_t slot, std::uint64_t, std::uint64_t) noexcept override {
+    if (slot >= slots_) fail("the pool was asked for a slot out of range");
+    return memory_.data() + slot * kFrameBytes;
+  }
+  const std::byte* base() const { return memory_.data(); }
+
+ private:
+  std::uint32_t slots_;
+  std::vector<std::byte> memory_;
+};
+
+struct Input {
+  const std::uint8_t* data;
+  std::size_t size;
+  std::size_t at = 0;
+  bool take(std::uint8_t& op, std::uint8_t& index, std::uint64_t& value) {
+    if (size - at < 10) return false;
+    op = data[at];
+    index = data[at + 1];
+    std::memcpy(&value, data + at + 2, 8);
+    at += 10;
+    return true;
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  const std::uint32_t slots = 1 + data[0] % 16;
+  const bool sequential = (data[1] & 1) != 0;
+  const std::uint32_t max_held = (data[1] & 2) != 0 ? 2 : 1;
+  const Geometry geo = compute_geometry(slots, 2, max_held, kFrameBytes, 1, 4096);
+  auto* base = static_cast<unsigned char*>(std::aligned_alloc(4096, geo.segment_bytes));
+  std::memset(base, 0, geo.segment_bytes);
+  const SegmentView view{base, geo};
+  {
+    ChannelConfig config;
+    config.slots = slots;
+    config.max_readers = 2;
+    config.max_held = max_held;
+    config.frame_bytes = kFrameBytes;
+    write_header(view.header(), "fuzz", geo, config);
+    publish_header(view.header());
+  }
+  ProducerBlock& p = view.producer();
+  p.lease_word.store(LeaseWord::make(1, LeaseState::active));
+  ReaderEntry& entry = view.reader(0);
+  entry.lease_word.store(LeaseWord::make(1, LeaseState::active));
+
+  auto core = std::make_shared<ReaderCore>();
+  core->name = "fuzz";
+  core->options.policy = sequential ? ReadPolicy::sequential : ReadPolicy::latest;
+  core->view = view;
+  auto pool = std::make_unique<FakePool>(slots);
+  const std::byte* pool_base = pool->base();
+  core->pool = std::move(pool);
+  core->index = 0;
+  core->bit = SlotWord::bit(0);
+  core->entry_generation = 1;
+  core->epoch = 1;
+  core->fork_gen = fork_generation();
+  core->holds_lease = false;  // nothing to give back: no lease keeper involved
+
+  std::vector<Frame> kept;
+  auto read_once = [&](bool keep) {
+    const std::uint64_t epoch_before = core->epoch;
+    Result<Frame> r = core->try_read(core);
+    if (!r) return;
+    const Frame& f = *r;
+    if (f.slot() >= slots) fail("frame slot out of range");
+    if (f.size() > kFrameBytes) fail("frame larger than frame_bytes");
+    if (f.data() != pool_base + f.slot() * kFrameBytes) fail("frame data is not its slot's buffer");
+    if (f.metadata().size() > kMaxMetadataBytes) fail("metadata larger than its field");
+    if (f.epoch() != epoch_before) fail("frame of another epoch");
+    if (keep) kept.push_back(std::move(*r));
+  };
+
+  Input in{data, size, 2};
+  std::uint8_t op = 0;
+  std::uint8_t index = 0;
+  std::uint64_t v = 0;
+  while (in.take(op, index, v)) {
+    Slot& slot = view.slot(index % slots);
+    switch (op % 13) {
+      case 0:
+        p.head.store(v);
+        break;  // any word: sequence and slot both hostile
+      case 1:
+        view.log(index).store(v);
+        break;
+      case 2:
+        slot.state.store(v);
+        break;
+      case 3:
+        slot.sequence.store(v);
+        break;
+      case 4:
+        slot.epoch.store(v);
+        break;
+      case 5:
+        slot.bytes.store(v);
+        break;
+      case 6:
+        slot.buffer_index.store(static_cast<std::uint32_t>(v));
+        break;
+      case 7:
+        slot.metadata_bytes.store(static_cast<std::uint32_t>(v));
+        break;
+      case 8:
+        p.lease_word.store(v);
+        break;
+      case 9:
+        entry.lease_word.store(v);
+        break;
+      case 10:
+        read_once((index & 1) != 0);
+        break;
+      case 11:
+        kept.clear();
+        break;  // releases
+      case 12: {
+        // A well-formed publication of sequence (v & 0xffff) into the slot, as the producer would.
+        const std::uint64_t seq = v & 0xffff;
+        const std::uint64_t w = slot.state.load();
+        slot.sequence.store(seq);
+        slot.epoch.store(LeaseWord::generation(p.lease_word.load()));
+        slot.bytes.store((v >> 16) % (kFrameBytes + 1));
+        slot.buffer_index.store(index % slots);
+        slot.metadata_bytes.store(static_cast<std::uint32_t>((v >> 32) % 65));
+        slot.state.store(SlotWord::make(SlotWord::generation(w) + 1, false, 0));
+        view.log(seq).store(LogWord::make(seq, index % slots));
+        p.head.store(LogWord::make(seq, index % slots));  // head is a LogWord too
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < 4; ++i) read_once(false);
+  kept.clear();
+  core.reset();
+  std::free(base);
+  return 0;
+}
