@@ -146,7 +146,7 @@ struct FdMessages {
   void driver_setup(Shared&) {
     const int rc = kind == Kind::pipe ? pipe2(fds, O_CLOEXEC)
                                       : socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds);
-    if (rc != 0) throw Skip(std::string(kind == Kind::pipe ? "pipe2: " : "socketpair: ") + std::strerror(errno));
+    if (rc != 0) throw Skip(std::string(kind == Kind::pipe ? "pipe2: " : "socketpair: ") + errno_message(errno));
   }
   void driver_after_fork() { close_both(); }  // only the children keep their ends, so EOF works
   void driver_cleanup() noexcept { close_both(); }
@@ -166,7 +166,7 @@ struct FdMessages {
   void prepare(std::uint64_t seq) { stamp_payload(buffer.data(), buffer.size(), seq); }
   void send(std::uint64_t) {
     const ssize_t n = write(fds[1], buffer.data(), buffer.size());
-    if (n != static_cast<ssize_t>(buffer.size())) fail(std::string("write: ") + std::strerror(errno));
+    if (n != static_cast<ssize_t>(buffer.size())) fail(std::string("write: ") + errno_message(errno));
   }
   void receiver_open(Shared&, int) {
     close(fds[1]);
@@ -181,7 +181,7 @@ struct FdMessages {
       if (n == 0) return kStop;  // the sender is gone
       if (n < 0) {
         if (errno == EINTR) continue;
-        fail(std::string("read: ") + std::strerror(errno));
+        fail(std::string("read: ") + errno_message(errno));
       }
       got += static_cast<std::size_t>(n);
     }

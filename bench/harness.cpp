@@ -201,7 +201,7 @@ Region map_region(const RunSpec& spec) {
   // MAP_POPULATE: every page exists before the children fork, so no timestamp store page-faults.
   void* base = mmap(nullptr, region.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE,
                     -1, 0);
-  if (base == MAP_FAILED) throw Failure(std::string("mmap of the shared region: ") + std::strerror(errno));
+  if (base == MAP_FAILED) throw Failure(std::string("mmap of the shared region: ") + errno_message(errno));
   region.base = base;
   auto* bytes = static_cast<unsigned char*>(base);
   region.control = new (bytes) Control{};
@@ -226,8 +226,9 @@ int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid,
 std::string describe_status(pid_t pid, int status) {
   if (WIFEXITED(status)) return "child " + std::to_string(pid) + " exited with " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
-    return "child " + std::to_string(pid) + " killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
+    const char* abbrev = sigabbrev_np(WTERMSIG(status));  // thread-safe, unlike strsignal
+    return "child " + std::to_string(pid) + " killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG" +
+           (abbrev != nullptr ? abbrev : "?") + ")";
   }
   return "child " + std::to_string(pid) + " ended with status " + std::to_string(status);
 }
@@ -249,7 +250,7 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
   std::vector<Child> children;
   auto spawn = [&](int role) {  // role -1: the sender, r >= 0: receiver r
     const pid_t pid = fork();
-    if (pid < 0) throw Failure(std::string("fork: ") + std::strerror(errno));
+    if (pid < 0) throw Failure(std::string("fork: ") + errno_message(errno));
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != driver) _exit(3);
@@ -274,7 +275,7 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
       }
       std::fflush(nullptr);
       // iceoryx deregisters its runtime in a static destructor; everything else leaves quickly.
-      if (spec.exit_runs_destructors) std::exit(code);
+      if (spec.exit_runs_destructors) std::exit(code);  // NOLINT(concurrency-mt-unsafe): a forked child with one thread
       _exit(code);
     }
     Child child;

@@ -38,6 +38,7 @@
 #include <functional>
 #include <new>
 #include <stdexcept>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,13 @@
 #endif
 
 namespace ringbench {
+
+// Thread-safe text of an errno value (std::strerror is not thread-safe).
+inline std::string errno_message(int err) {
+  char buffer[128];
+  return strerror_r(err, buffer, sizeof buffer);  // GNU strerror_r returns the message
+}
+
 
 inline constexpr std::uint64_t kNothing = 0;        // receive(): nothing arrived yet
 inline constexpr std::uint64_t kStop = ~0ULL;        // the message that ends a run

@@ -78,23 +78,23 @@ void ensure_roudi_running() {
   }
   s.tried = true;
   s.owner = getpid();
-  const char* env = std::getenv("RINGBENCH_IOX_ROUDI");
+  const char* env = std::getenv("RINGBENCH_IOX_ROUDI");  // NOLINT(concurrency-mt-unsafe): nothing sets the environment
   const std::string binary = env != nullptr && *env != '\0' ? env : RINGBENCH_IOX_ROUDI_PATH;
   s.log_path = "/tmp/ringbench-roudi-" + std::to_string(getpid()) + ".log";
   const int log = open(s.log_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-  if (log < 0) give_up("cannot create " + s.log_path + ": " + std::strerror(errno));
+  if (log < 0) give_up("cannot create " + s.log_path + ": " + errno_message(errno));
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
     close(log);
-    give_up(std::string("fork: ") + std::strerror(errno));
+    give_up(std::string("fork: ") + errno_message(errno));
   }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     dup2(log, STDOUT_FILENO);
     dup2(log, STDERR_FILENO);
     execlp(binary.c_str(), binary.c_str(), static_cast<char*>(nullptr));
-    std::fprintf(stderr, "exec %s: %s\n", binary.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "exec %s: %s\n", binary.c_str(), errno_message(errno).c_str());
     _exit(127);
   }
   close(log);
