@@ -1,7 +1,8 @@
 // bench_baselines.cpp — the mechanisms ipcring is compared with, in the same two-process harness:
 //
 //   baseline/atomic/spin                    a shared 64-bit word, receiver spins: the floor
-//   baseline/futex/blocking                 shared futex word, FUTEX_WAKE after each store, receiver
+//   baseline/futex/blocking                 shared futex word, FUTEX_WAKE after each store,
+//   receiver
 //                                           sleeps in FUTEX_WAIT (shared, not FUTEX_PRIVATE)
 //   baseline/futex/pingpong_rtt2            the same, answered through a second futex word the
 //                                           sender sleeps on: both sides sleep; rtt/2
@@ -52,7 +53,9 @@ struct AtomicSpin {
   bool sender_ready() { return true; }
   void sender_close() noexcept {}
   void prepare(std::uint64_t) {}
-  void send(std::uint64_t seq) { shared->word.store(seq, std::memory_order_release); }  // pairs with (R)
+  void send(std::uint64_t seq) {
+    shared->word.store(seq, std::memory_order_release);
+  }  // pairs with (R)
   void receiver_open(Shared& s, int) { shared = &s; }
   void receiver_close() noexcept {}
   std::uint64_t receive(const Control& control) {
@@ -66,7 +69,8 @@ struct AtomicSpin {
   bool finish(std::uint64_t) { return true; }
 };
 
-// ---- futex -----------------------------------------------------------------------------------------
+// ---- futex
+// -----------------------------------------------------------------------------------------
 
 long futex(std::uint32_t* word, int op, std::uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
@@ -103,7 +107,9 @@ struct FutexOneWay {
   bool sender_ready() { return true; }
   void sender_close() noexcept {}
   void prepare(std::uint64_t) {}
-  void send(std::uint64_t seq) { futex_post(&shared->ping, seq == kStop ? kStop32 : static_cast<std::uint32_t>(seq)); }
+  void send(std::uint64_t seq) {
+    futex_post(&shared->ping, seq == kStop ? kStop32 : static_cast<std::uint32_t>(seq));
+  }
   void receiver_open(Shared& s, int) { shared = &s; }
   void receiver_close() noexcept {}
   std::uint64_t receive(const Control& control) {
@@ -146,7 +152,9 @@ struct FdMessages {
   void driver_setup(Shared&) {
     const int rc = kind == Kind::pipe ? pipe2(fds, O_CLOEXEC)
                                       : socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds);
-    if (rc != 0) throw Skip(std::string(kind == Kind::pipe ? "pipe2: " : "socketpair: ") + errno_message(errno));
+    if (rc != 0)
+      throw Skip(std::string(kind == Kind::pipe ? "pipe2: " : "socketpair: ") +
+                 errno_message(errno));
   }
   void driver_after_fork() { close_both(); }  // only the children keep their ends, so EOF works
   void driver_cleanup() noexcept { close_both(); }
@@ -166,7 +174,8 @@ struct FdMessages {
   void prepare(std::uint64_t seq) { stamp_payload(buffer.data(), buffer.size(), seq); }
   void send(std::uint64_t) {
     const ssize_t n = write(fds[1], buffer.data(), buffer.size());
-    if (n != static_cast<ssize_t>(buffer.size())) fail(std::string("write: ") + errno_message(errno));
+    if (n != static_cast<ssize_t>(buffer.size()))
+      fail(std::string("write: ") + errno_message(errno));
   }
   void receiver_open(Shared&, int) {
     close(fds[1]);
@@ -187,10 +196,13 @@ struct FdMessages {
     }
     return read_first_line(buffer.data(), intact);
   }
-  bool finish(std::uint64_t seq) { return intact && check_last_line(buffer.data(), buffer.size(), seq); }
+  bool finish(std::uint64_t seq) {
+    return intact && check_last_line(buffer.data(), buffer.size(), seq);
+  }
 };
 
-// ---- Boost.Interprocess message_queue --------------------------------------------------------------
+// ---- Boost.Interprocess message_queue
+// --------------------------------------------------------------
 
 #if RINGBENCH_HAVE_BOOST
 namespace bip = boost::interprocess;
@@ -229,11 +241,14 @@ struct BoostQueue {
   std::uint64_t receive(const Control&) {
     bip::message_queue::size_type got = 0;
     unsigned int priority = 0;
-    queue->receive(buffer.data(), buffer.size(), got, priority);  // blocks on its condition variable
+    queue->receive(buffer.data(), buffer.size(), got,
+                   priority);  // blocks on its condition variable
     if (got != buffer.size()) fail("message_queue delivered " + std::to_string(got) + " bytes");
     return read_first_line(buffer.data(), intact);
   }
-  bool finish(std::uint64_t seq) { return intact && check_last_line(buffer.data(), buffer.size(), seq); }
+  bool finish(std::uint64_t seq) {
+    return intact && check_last_line(buffer.data(), buffer.size(), seq);
+  }
 };
 #endif
 
@@ -243,7 +258,8 @@ RunSpec spec(Measure measure, WaitMode wait, std::size_t payload) {
   s.payload_bytes = payload;
   s.measure = measure;
   s.rx_wait = wait;
-  s.gap_ns = (wait == WaitMode::blocking && measure == Measure::one_way) ? settings().blocking_gap_ns : 0;
+  s.gap_ns =
+      (wait == WaitMode::blocking && measure == Measure::one_way) ? settings().blocking_gap_ns : 0;
   return s;
 }
 

@@ -1,7 +1,8 @@
 // bench_iceoryx.cpp — Eclipse iceoryx 2.0.3 (Debian's packages) in the two-process harness:
 //
 //   baseline/iceoryx/polling/bytes:4096   UntypedSubscriber::take() in a spinning loop
-//   baseline/iceoryx/waitset/bytes:4096   WaitSet::timedWait() on SubscriberState::HAS_DATA, then take()
+//   baseline/iceoryx/waitset/bytes:4096   WaitSet::timedWait() on SubscriberState::HAS_DATA, then
+//   take()
 //
 // The publisher loans a 4 KiB chunk (64-byte aligned), writes its first and last cache line and
 // publishes it (zero-copy, like ipcring); t0 is taken right before publish(). ringbench starts its
@@ -43,9 +44,10 @@ struct Iceoryx {
 
   static void init_runtime(const std::string& name) {
     // The library logs at verbose level by default; keep the benchmark output readable.
-    iox::log::LogManager::GetLogManager().SetDefaultLogLevel(iox::log::LogLevel::kWarn,
-                                                             iox::log::LogLevelOutput::kHideLogLevel);
-    iox::runtime::PoshRuntime::initRuntime(iox::RuntimeName_t(iox::cxx::TruncateToCapacity, name.c_str()));
+    iox::log::LogManager::GetLogManager().SetDefaultLogLevel(
+        iox::log::LogLevel::kWarn, iox::log::LogLevelOutput::kHideLogLevel);
+    iox::runtime::PoshRuntime::initRuntime(
+        iox::RuntimeName_t(iox::cxx::TruncateToCapacity, name.c_str()));
   }
   iox::capro::ServiceDescription service() const {
     return {iox::capro::IdString_t(iox::cxx::TruncateToCapacity, "ringbench"),
@@ -71,7 +73,8 @@ struct Iceoryx {
   void sender_close() noexcept { publisher.reset(); }
   void prepare(std::uint64_t seq) {
     auto chunk = publisher->loan(static_cast<std::uint32_t>(kChunkBytes), 64);
-    if (chunk.has_error()) fail("iceoryx loan failed: error " + std::to_string(static_cast<int>(chunk.get_error())));
+    if (chunk.has_error())
+      fail("iceoryx loan failed: error " + std::to_string(static_cast<int>(chunk.get_error())));
     loaned = chunk.value();
     stamp_payload(loaned, kChunkBytes, seq);
   }
@@ -147,7 +150,8 @@ void iceoryx_benchmark(benchmark::State& state, bool waitset) {
   run(state, m, spec);
 #else
   (void)waitset;
-  state.SkipWithError("skipped: iceoryx not built in (iceoryx_posh CMake package not found at configure time)");
+  state.SkipWithError(
+      "skipped: iceoryx not built in (iceoryx_posh CMake package not found at configure time)");
 #endif
 }
 
@@ -155,8 +159,10 @@ void iceoryx_benchmark(benchmark::State& state, bool waitset) {
 
 void register_iceoryx() {
   const std::string bytes = "/bytes:" + std::to_string(kChunkBytes);
-  add_benchmark("baseline/iceoryx/polling" + bytes, [](benchmark::State& s) { iceoryx_benchmark(s, false); });
-  add_benchmark("baseline/iceoryx/waitset" + bytes, [](benchmark::State& s) { iceoryx_benchmark(s, true); });
+  add_benchmark("baseline/iceoryx/polling" + bytes,
+                [](benchmark::State& s) { iceoryx_benchmark(s, false); });
+  add_benchmark("baseline/iceoryx/waitset" + bytes,
+                [](benchmark::State& s) { iceoryx_benchmark(s, true); });
 }
 
 }  // namespace ringbench

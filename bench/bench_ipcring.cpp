@@ -125,7 +125,8 @@ struct Ipcring {
 };
 #endif
 
-void ipcring_benchmark(benchmark::State& state, bool sequential, bool blocking, int readers, std::size_t bytes) {
+void ipcring_benchmark(benchmark::State& state, bool sequential, bool blocking, int readers,
+                       std::size_t bytes) {
 #if IPCRING_BENCH_HAVE_LIB
   Ipcring m;
   m.policy = sequential ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
@@ -141,7 +142,8 @@ void ipcring_benchmark(benchmark::State& state, bool sequential, bool blocking, 
   run(state, m, spec);
 #else
   (void)sequential, (void)blocking, (void)readers, (void)bytes;
-  state.SkipWithError("skipped: ipcring library not built in (ringbench configured without ipcring::ipcring)");
+  state.SkipWithError(
+      "skipped: ipcring library not built in (ringbench configured without ipcring::ipcring)");
 #endif
 }
 
@@ -151,11 +153,12 @@ void register_ipcring() {
   for (const bool sequential : {false, true}) {
     for (const bool blocking : {false, true}) {
       for (const int readers : {1, 2, 4, 8}) {
-        for (const std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20,
-                                        std::size_t{8} << 20}) {
-          const std::string name = std::string("ipcring/") + (sequential ? "sequential" : "latest") + "/" +
-                                   (blocking ? "blocking" : "spin") + "/readers:" + std::to_string(readers) +
-                                   "/bytes:" + std::to_string(bytes);
+        for (const std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10,
+                                        std::size_t{1} << 20, std::size_t{8} << 20}) {
+          const std::string name =
+              std::string("ipcring/") + (sequential ? "sequential" : "latest") + "/" +
+              (blocking ? "blocking" : "spin") + "/readers:" + std::to_string(readers) +
+              "/bytes:" + std::to_string(bytes);
           add_benchmark(name, [=](benchmark::State& state) {
             ipcring_benchmark(state, sequential, blocking, readers, bytes);
           });

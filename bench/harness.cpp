@@ -28,7 +28,8 @@ namespace ringbench {
 std::uint64_t now_ns() noexcept {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 Settings& settings() {
@@ -90,11 +91,13 @@ std::string Pinning::describe(WaitMode rx_wait, Measure measure) const {
   s += "; " + std::to_string(receiver_cpus.size()) + " rx on ";
   for (std::size_t i = 0; i < distinct.size(); ++i) s += (i ? "," : "") + cpu(distinct[i]);
   if (rx_wait == WaitMode::spin) {
-    s += receiver_cpus.size() > distinct.size() ? " (spinning, sharing CPUs)" : " (spinning: holds a core each)";
+    s += receiver_cpus.size() > distinct.size() ? " (spinning, sharing CPUs)"
+                                                : " (spinning: holds a core each)";
   } else {
     s += " (blocking)";
   }
-  if (!receiver_cpus.empty() && std::find(distinct.begin(), distinct.end(), sender_cpu) != distinct.end()) {
+  if (!receiver_cpus.empty() &&
+      std::find(distinct.begin(), distinct.end(), sender_cpu) != distinct.end()) {
     s += "; tx and rx share a CPU";
   }
   return s;
@@ -111,7 +114,9 @@ void report_failure(Control& control, const std::string& what, bool skip) noexce
   control.abort.value.store(1, std::memory_order_release);
 }
 
-void fail(const std::string& what) { throw Failure(what); }
+void fail(const std::string& what) {
+  throw Failure(what);
+}
 
 bool wait_until(const std::function<bool()>& condition, double timeout_s, const Control& control) {
   const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(timeout_s * 1e9);
@@ -151,7 +156,8 @@ SyscallCounter::SyscallCounter() {
   attr.config = static_cast<std::uint64_t>(id);
   attr.disabled = 1;
   attr.exclude_hv = 1;
-  const long fd = syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  const long fd =
+      syscall(SYS_perf_event_open, &attr, 0 /* this thread */, -1, -1, PERF_FLAG_FD_CLOEXEC);
   if (fd < 0) return;
   fd_ = static_cast<int>(fd);
   // Calibrate: the DISABLE ioctl is itself counted.
@@ -181,15 +187,19 @@ void SyscallCounter::stop() noexcept {
   }
 }
 
-// ---- shared region -------------------------------------------------------------------------------
+// ---- shared region
+// -------------------------------------------------------------------------------
 
 namespace {
-constexpr std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 }  // namespace
 
 Region map_region(const RunSpec& spec) {
   if (spec.receivers < 1 || spec.receivers > kMaxReceivers) {
-    throw Failure("receivers must be 1.." + std::to_string(kMaxReceivers) + ", not " + std::to_string(spec.receivers));
+    throw Failure("receivers must be 1.." + std::to_string(kMaxReceivers) + ", not " +
+                  std::to_string(spec.receivers));
   }
   Region region;
   region.receivers = spec.receivers;
@@ -197,11 +207,13 @@ Region map_region(const RunSpec& spec) {
   const std::size_t control_bytes = round_up(sizeof(Control), 4096);
   const std::size_t mech_bytes = round_up(std::max<std::size_t>(spec.mech_shared_bytes, 1), 4096);
   const std::size_t ts_bytes = region.max * sizeof(std::uint64_t);
-  region.bytes = control_bytes + mech_bytes + ts_bytes * (3 + static_cast<std::size_t>(spec.receivers));
+  region.bytes =
+      control_bytes + mech_bytes + ts_bytes * (3 + static_cast<std::size_t>(spec.receivers));
   // MAP_POPULATE: every page exists before the children fork, so no timestamp store page-faults.
-  void* base = mmap(nullptr, region.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE,
-                    -1, 0);
-  if (base == MAP_FAILED) throw Failure(std::string("mmap of the shared region: ") + errno_message(errno));
+  void* base = mmap(nullptr, region.bytes, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (base == MAP_FAILED)
+    throw Failure(std::string("mmap of the shared region: ") + errno_message(errno));
   region.base = base;
   auto* bytes = static_cast<unsigned char*>(base);
   region.control = new (bytes) Control{};
@@ -218,17 +230,21 @@ void unmap_region(Region& region) noexcept {
   region = Region{};
 }
 
-// ---- processes -------------------------------------------------------------------------------------
+// ---- processes
+// -------------------------------------------------------------------------------------
 
 namespace {
-int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+}
 
 std::string describe_status(pid_t pid, int status) {
-  if (WIFEXITED(status)) return "child " + std::to_string(pid) + " exited with " + std::to_string(WEXITSTATUS(status));
+  if (WIFEXITED(status))
+    return "child " + std::to_string(pid) + " exited with " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const char* abbrev = sigabbrev_np(WTERMSIG(status));  // thread-safe, unlike strsignal
-    return "child " + std::to_string(pid) + " killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG" +
-           (abbrev != nullptr ? abbrev : "?") + ")";
+    return "child " + std::to_string(pid) + " killed by signal " +
+           std::to_string(WTERMSIG(status)) + " (SIG" + (abbrev != nullptr ? abbrev : "?") + ")";
   }
   return "child " + std::to_string(pid) + " ended with status " + std::to_string(status);
 }
@@ -256,7 +272,8 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
       if (getppid() != driver) _exit(3);
       int code = 0;
       try {
-        pin_to(role < 0 ? pinning.sender_cpu : pinning.receiver_cpus[static_cast<std::size_t>(role)]);
+        pin_to(role < 0 ? pinning.sender_cpu
+                        : pinning.receiver_cpus[static_cast<std::size_t>(role)]);
         if (role < 0) {
           sender(region);
         } else {
@@ -266,8 +283,9 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
         report_failure(control, e.what(), true);
         code = 2;
       } catch (const std::exception& e) {
-        report_failure(control, (role < 0 ? "sender: " : "receiver " + std::to_string(role) + ": ") +
-                                    std::string(e.what()));
+        report_failure(control,
+                       (role < 0 ? "sender: " : "receiver " + std::to_string(role) + ": ") +
+                           std::string(e.what()));
         code = 1;
       } catch (...) {
         report_failure(control, "unknown exception in a child");
@@ -275,7 +293,8 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
       }
       std::fflush(nullptr);
       // iceoryx deregisters its runtime in a static destructor; everything else leaves quickly.
-      if (spec.exit_runs_destructors) std::exit(code);  // NOLINT(concurrency-mt-unsafe): a forked child with one thread
+      if (spec.exit_runs_destructors)
+        std::exit(code);  // NOLINT(concurrency-mt-unsafe): a forked child with one thread
       _exit(code);
     }
     Child child;
@@ -300,7 +319,8 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
   after_fork_in_driver();
 
   const std::uint64_t deadline =
-      now_ns() + static_cast<std::uint64_t>((settings().child_timeout_s + settings().budget_s) * 1e9);
+      now_ns() +
+      static_cast<std::uint64_t>((settings().child_timeout_s + settings().budget_s) * 1e9);
   std::uint64_t kill_at = 0;  // set once something went wrong: grace period for the others
   std::string trouble;
   for (;;) {
@@ -311,12 +331,15 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
     if (fds.empty()) break;
     const std::uint64_t now = now_ns();
     if (kill_at == 0 && now > deadline) {
-      trouble = "timed out after " + std::to_string(static_cast<int>(settings().child_timeout_s + settings().budget_s)) + " s";
+      trouble = "timed out after " +
+                std::to_string(static_cast<int>(settings().child_timeout_s + settings().budget_s)) +
+                " s";
       control.abort.value.store(1, std::memory_order_release);
       kill_at = now + 2'000'000'000ULL;
     }
     if (kill_at != 0 && now > kill_at) kill_all();
-    const bool pollable = std::all_of(fds.begin(), fds.end(), [](const pollfd& p) { return p.fd >= 0; });
+    const bool pollable =
+        std::all_of(fds.begin(), fds.end(), [](const pollfd& p) { return p.fd >= 0; });
     if (pollable) {
       poll(fds.data(), fds.size(), 100);
     } else {
@@ -332,7 +355,8 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
           if (trouble.empty()) trouble = describe_status(c.pid, c.status);
           // A child that failed wrote its reason already (exit 1 or 2); one that crashed did not:
           // record the crash first, so the others' "aborted" is not taken for the cause.
-          const bool reported = WIFEXITED(c.status) && (WEXITSTATUS(c.status) == 1 || WEXITSTATUS(c.status) == 2);
+          const bool reported =
+              WIFEXITED(c.status) && (WEXITSTATUS(c.status) == 1 || WEXITSTATUS(c.status) == 2);
           if (!reported) report_failure(control, describe_status(c.pid, c.status));
           control.abort.value.store(1, std::memory_order_release);
           if (kill_at == 0) kill_at = now_ns() + 2'000'000'000ULL;
@@ -391,15 +415,18 @@ Outcome run_processes(const RunSpec& spec, const Pinning& pinning, Region& regio
       }
     }
   }
-  if (missing != 0) out.error = std::to_string(missing) + " messages acknowledged without a receive timestamp";
+  if (missing != 0)
+    out.error = std::to_string(missing) + " messages acknowledged without a receive timestamp";
   if (out.bad_frames != 0) {
-    out.error = std::to_string(out.bad_frames) + " frames failed validation (torn line, wrong or repeated sequence)";
+    out.error = std::to_string(out.bad_frames) +
+                " frames failed validation (torn line, wrong or repeated sequence)";
   }
   if (out.samples.empty() && out.error.empty()) out.error = "no samples";
   return out;
 }
 
-// ---- reporting ------------------------------------------------------------------------------------
+// ---- reporting
+// ------------------------------------------------------------------------------------
 
 namespace {
 std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
@@ -421,11 +448,14 @@ void report(benchmark::State& state, const RunSpec& spec, const Pinning& pinning
   std::sort(samples.begin(), samples.end());
   double sum = 0;
   for (auto s : samples) sum += static_cast<double>(s);
-  const double per_message_s = out.elapsed_s / static_cast<double>(std::max<std::uint64_t>(out.messages, 1));
+  const double per_message_s =
+      out.elapsed_s / static_cast<double>(std::max<std::uint64_t>(out.messages, 1));
   for (auto _ : state) state.SetIterationTime(per_message_s);
 
   using benchmark::Counter;
-  auto plain = [&](const char* name, double v) { state.counters[name] = Counter(v, Counter::kDefaults); };
+  auto plain = [&](const char* name, double v) {
+    state.counters[name] = Counter(v, Counter::kDefaults);
+  };
   plain("p50_ns", static_cast<double>(percentile(samples, 0.50)));
   plain("p90_ns", static_cast<double>(percentile(samples, 0.90)));
   plain("p99_ns", static_cast<double>(percentile(samples, 0.99)));
@@ -442,10 +472,12 @@ void report(benchmark::State& state, const RunSpec& spec, const Pinning& pinning
   plain("tx_cpu", pinning.sender_cpu);
   plain("rx_cpu", pinning.receiver_cpus.empty() ? -1 : pinning.receiver_cpus[0]);
   if (out.tx_syscalls >= 0) {
-    plain("tx_syscalls_per_msg", static_cast<double>(out.tx_syscalls) / static_cast<double>(out.messages));
+    plain("tx_syscalls_per_msg",
+          static_cast<double>(out.tx_syscalls) / static_cast<double>(out.messages));
   }
   if (out.rx_syscalls >= 0 && out.rx_messages > 0) {
-    plain("rx_syscalls_per_msg", static_cast<double>(out.rx_syscalls) / static_cast<double>(out.rx_messages));
+    plain("rx_syscalls_per_msg",
+          static_cast<double>(out.rx_syscalls) / static_cast<double>(out.rx_messages));
   }
   if (out.negative != 0) plain("negative_samples", static_cast<double>(out.negative));
   if (!out.ack_samples.empty()) {
@@ -461,7 +493,8 @@ void report(benchmark::State& state, const RunSpec& spec, const Pinning& pinning
 namespace ringbench {
 benchmark::internal::Benchmark* add_benchmark(const std::string& name,
                                               std::function<void(benchmark::State&)> body) {
-  return benchmark::RegisterBenchmark(name.c_str(), [body](benchmark::State& state) { body(state); })
+  return benchmark::RegisterBenchmark(name.c_str(),
+                                      [body](benchmark::State& state) { body(state); })
       ->UseManualTime()
       ->Iterations(1)
       ->Unit(benchmark::kNanosecond);

@@ -35,10 +35,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <new>
 #include <stdexcept>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,11 +54,10 @@ inline std::string errno_message(int err) {
   return strerror_r(err, buffer, sizeof buffer);  // GNU strerror_r returns the message
 }
 
-
-inline constexpr std::uint64_t kNothing = 0;        // receive(): nothing arrived yet
-inline constexpr std::uint64_t kStop = ~0ULL;        // the message that ends a run
-inline constexpr std::size_t kLine = 64;             // the cache lines written/read per payload
-inline constexpr std::size_t kFalseSharing = 128;    // separation of fields written by two sides
+inline constexpr std::uint64_t kNothing = 0;       // receive(): nothing arrived yet
+inline constexpr std::uint64_t kStop = ~0ULL;      // the message that ends a run
+inline constexpr std::size_t kLine = 64;           // the cache lines written/read per payload
+inline constexpr std::size_t kFalseSharing = 128;  // separation of fields written by two sides
 inline constexpr int kMaxReceivers = 32;
 
 std::uint64_t now_ns() noexcept;  // CLOCK_MONOTONIC
@@ -73,11 +72,11 @@ inline void cpu_relax() noexcept {
 
 // Run-wide settings (command line: see main.cpp).
 struct Settings {
-  double budget_s = 1.0;                 // stream duration per benchmark
+  double budget_s = 1.0;  // stream duration per benchmark
   std::uint64_t max_messages = 1'000'000;
   std::uint64_t blocking_gap_ns = 100'000;  // pause after each ack when receivers block
-  double child_timeout_s = 30.0;         // setup + budget beyond which children are killed
-  std::vector<int> cpus;                 // [sender, receivers...]; empty: from the affinity mask
+  double child_timeout_s = 30.0;            // setup + budget beyond which children are killed
+  std::vector<int> cpus;                    // [sender, receivers...]; empty: from the affinity mask
   bool smoke = false;
 };
 Settings& settings();
@@ -108,7 +107,7 @@ struct Control {
   PaddedCounter abort;        // driver or any child: give up now
   PaddedCounter exited;       // receivers that left their loop
   PaddedCounter acks[kMaxReceivers];
-  PaddedCounter failed;       // 0, or 1 once error[] holds the first failure
+  PaddedCounter failed;  // 0, or 1 once error[] holds the first failure
   char error[512] = {};
   int error_is_skip = 0;
   // Results, written by the sender (or receiver 0 for rx_*) before it exits.
@@ -117,7 +116,7 @@ struct Control {
   std::int64_t tx_syscalls = -1;  // raw_syscalls:sys_enter of the sending thread; -1: unknown
   std::int64_t rx_syscalls = -1;  // ... of receiver 0
   std::uint64_t rx_messages = 0;
-  std::uint64_t bad_frames = 0;   // summed by receivers (fetch_add through atomic_ref)
+  std::uint64_t bad_frames = 0;  // summed by receivers (fetch_add through atomic_ref)
 };
 
 // Where each side runs. cpus[0] is the sender's, receivers share the rest round-robin.
@@ -135,7 +134,7 @@ struct Outcome {
   bool skipped = false;
   std::uint64_t messages = 0;
   double elapsed_s = 0;
-  std::vector<std::uint64_t> samples;  // ns
+  std::vector<std::uint64_t> samples;      // ns
   std::vector<std::uint64_t> ack_samples;  // ns, the concurrent floor (one-way only)
   std::int64_t tx_syscalls = -1, rx_syscalls = -1;
   std::uint64_t rx_messages = 0, bad_frames = 0, negative = 0;
@@ -155,8 +154,8 @@ struct RunSpec {
 struct Region {
   Control* control = nullptr;
   void* mech_shared = nullptr;
-  std::uint64_t* send_ts = nullptr;  // [max]
-  std::uint64_t* recv_ts = nullptr;  // [receivers][max]
+  std::uint64_t* send_ts = nullptr;      // [max]
+  std::uint64_t* recv_ts = nullptr;      // [receivers][max]
   std::uint64_t* ack_sent_ts = nullptr;  // [max], receiver 0 before its ack store
   std::uint64_t* ack_seen_ts = nullptr;  // [max], the sender once it saw that ack
   std::uint64_t max = 0;
@@ -224,8 +223,8 @@ inline std::uint64_t read_first_line(const void* data, bool& intact) noexcept {
 }
 // ... and the last one (true when it carries `seq`).
 inline bool check_last_line(const void* data, std::size_t bytes, std::uint64_t seq) noexcept {
-  const auto* last =
-      reinterpret_cast<const std::uint64_t*>(static_cast<const unsigned char*>(data) + bytes - kLine);
+  const auto* last = reinterpret_cast<const std::uint64_t*>(
+      static_cast<const unsigned char*>(data) + bytes - kLine);
   std::uint64_t folded = 0;
   for (std::size_t i = 0; i < kLine / sizeof(std::uint64_t); ++i) folded |= last[i] ^ seq;
   return folded == 0;
@@ -254,9 +253,12 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
   mech.sender_open(shared);
   control.sender_open.value.store(1, std::memory_order_release);
   const auto receivers = static_cast<std::uint64_t>(spec.receivers);
-  if (!wait_until([&] { return control.ready.value.load(std::memory_order_acquire) == receivers &&
-                               mech.sender_ready(); },
-                  settings().child_timeout_s, control)) {
+  if (!wait_until(
+          [&] {
+            return control.ready.value.load(std::memory_order_acquire) == receivers &&
+                   mech.sender_ready();
+          },
+          settings().child_timeout_s, control)) {
     fail("receivers did not get ready (" + std::to_string(control.ready.value.load()) + " of " +
          std::to_string(receivers) + ")");
   }
@@ -272,7 +274,7 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
     const std::uint64_t t0 = now_ns();
     mech.send(seq);
     region.send_ts[seq - 1] = t0;
-    if constexpr (requires(M m, std::uint64_t s, Control& c) { m.wait_ack(s, c); }) {
+    if constexpr (requires(M m, std::uint64_t s, Control & c) { m.wait_ack(s, c); }) {
       acked_at = mech.wait_ack(seq, control);
       if (acked_at == 0) fail("no answer to message " + std::to_string(seq));
       region.recv_ts[seq - 1] = acked_at;
@@ -309,8 +311,8 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
   mech.prepare(kStop);
   mech.send(kStop);
   // Let the receivers leave before the transport goes away.
-  wait_until([&] { return control.exited.value.load(std::memory_order_acquire) == receivers; }, 10.0,
-             control);
+  wait_until([&] { return control.exited.value.load(std::memory_order_acquire) == receivers; },
+             10.0, control);
   mech.sender_close();
 }
 
@@ -336,7 +338,8 @@ void receiver_loop(M& mech, Region& region, const RunSpec& spec, int r) {
     if (seq == kStop) break;
     if (seq == kNothing) {
       if (control.abort.value.load(std::memory_order_acquire) != 0) break;
-      if (control.done.value.load(std::memory_order_acquire) != 0 && expected > control.messages) break;
+      if (control.done.value.load(std::memory_order_acquire) != 0 && expected > control.messages)
+        break;
       continue;
     }
     if (!mech.finish(seq) || seq != expected) ++bad;

@@ -1,4 +1,5 @@
-// main.cpp — ringbench: cross-process latency of ipcring against baselines measured in the same run.
+// main.cpp — ringbench: cross-process latency of ipcring against baselines measured in the same
+// run.
 //
 // Every benchmark runs in the two-process harness of harness.hpp. Google Benchmark flags work as
 // usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format, --benchmark_format,
@@ -26,7 +27,8 @@ void usage() {
       "ringbench: cross-process latency of ipcring and its baselines (see docs/benchmarks.md)\n"
       "  --summary                 print ratios against the baselines and the targets, and plot\n"
       "                            (without --benchmark_filter: only the benchmarks it needs)\n"
-      "  --summary_png=FILE        where the plot goes (default ringbench-latency.png; empty: none)\n"
+      "  --summary_png=FILE        where the plot goes (default ringbench-latency.png; empty: "
+      "none)\n"
       "  --smoke                   tiny budgets: proves every benchmark runs, in a few seconds\n"
       "  --ringbench_budget=S      seconds of messages per benchmark (default 1.0)\n"
       "  --ringbench_max_messages=N  cap on messages per benchmark (default 1000000)\n"
@@ -87,7 +89,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (summary && format != "console") {
-    std::fprintf(stderr, "ringbench: --summary prints to the console; use --benchmark_out=FILE for JSON\n");
+    std::fprintf(stderr,
+                 "ringbench: --summary prints to the console; use --benchmark_out=FILE for JSON\n");
     format = "console";
   }
 
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
   if (summary && !user_filter) {
-    benchmark::SetBenchmarkFilter("^(baseline/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
+    benchmark::SetBenchmarkFilter(
+        "^(baseline/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
   }
 
   ringbench::register_baselines();
@@ -110,15 +114,18 @@ int main(int argc, char** argv) {
   }
   pinning += " (round-robin over all but the sender's CPU)";
   benchmark::AddCustomContext("ringbench_pinning", pinning);
-  benchmark::AddCustomContext("ringbench_cores",
-                              "the sender spins on acknowledgements (holds its core); spin-mode receivers "
-                              "hold a core each; blocking receivers sleep");
+  benchmark::AddCustomContext(
+      "ringbench_cores",
+      "the sender spins on acknowledgements (holds its core); spin-mode receivers "
+      "hold a core each; blocking receivers sleep");
   benchmark::AddCustomContext("ringbench_clock", "CLOCK_MONOTONIC, read by both processes");
   benchmark::AddCustomContext("ringbench_budget_s", std::to_string(settings().budget_s));
-  benchmark::AddCustomContext("ringbench_blocking_gap_us", std::to_string(settings().blocking_gap_ns / 1000));
-  benchmark::AddCustomContext("ringbench_time_column",
-                              "Time = mean period of the paced stream (send, receive, ack); latency is "
-                              "in the p*_ns counters");
+  benchmark::AddCustomContext("ringbench_blocking_gap_us",
+                              std::to_string(settings().blocking_gap_ns / 1000));
+  benchmark::AddCustomContext(
+      "ringbench_time_column",
+      "Time = mean period of the paced stream (send, receive, ack); latency is "
+      "in the p*_ns counters");
 
   std::vector<ringbench::Captured> runs;
   auto reporter = ringbench::make_capturing_reporter(format, runs);

@@ -48,7 +48,8 @@ std::string read_file(const std::string& path) {
 std::string tail(std::string text, std::size_t lines) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   std::size_t pos = text.size();
-  for (std::size_t n = 0; n < lines && pos != std::string::npos && pos > 0; ++n) pos = text.rfind('\n', pos - 1);
+  for (std::size_t n = 0; n < lines && pos != std::string::npos && pos > 0; ++n)
+    pos = text.rfind('\n', pos - 1);
   std::string t = pos == std::string::npos ? text : text.substr(pos + 1);
   std::string out;
   for (std::size_t i = 0; i < t.size(); ++i) {
@@ -78,7 +79,8 @@ void ensure_roudi_running() {
   }
   s.tried = true;
   s.owner = getpid();
-  const char* env = std::getenv("RINGBENCH_IOX_ROUDI");  // NOLINT(concurrency-mt-unsafe): nothing sets the environment
+  const char* env = std::getenv(
+      "RINGBENCH_IOX_ROUDI");  // NOLINT(concurrency-mt-unsafe): nothing sets the environment
   const std::string binary = env != nullptr && *env != '\0' ? env : RINGBENCH_IOX_ROUDI_PATH;
   s.log_path = "/tmp/ringbench-roudi-" + std::to_string(getpid()) + ".log";
   const int log = open(s.log_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);

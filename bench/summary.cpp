@@ -48,7 +48,8 @@ const Captured* find(const std::vector<Captured>& runs, const std::string& name)
 }
 
 // The counter of a benchmark; with --benchmark_repetitions, the median over the repetitions.
-std::optional<double> counter(const std::vector<Captured>& runs, const std::string& name, const char* key) {
+std::optional<double> counter(const std::vector<Captured>& runs, const std::string& name,
+                              const char* key) {
   std::vector<double> values;
   for (const auto& r : runs) {
     if (r.name != name || r.error) continue;
@@ -119,7 +120,8 @@ Ratio compare(const std::vector<Captured>& runs, const std::string& num, const s
   bool floors = false;
   for (const auto& x : a) {
     for (const auto& y : b) {
-      if (std::isnan(x.floor50) || std::isnan(y.floor50) || x.floor50 <= 0 || y.floor50 <= 0) continue;
+      if (std::isnan(x.floor50) || std::isnan(y.floor50) || x.floor50 <= 0 || y.floor50 <= 0)
+        continue;
       floors = true;
       if (std::max(x.floor50, y.floor50) / std::min(x.floor50, y.floor50) > 1.5) continue;
       q50.push_back(x.p50 / y.p50);
@@ -130,7 +132,8 @@ Ratio compare(const std::vector<Captured>& runs, const std::string& num, const s
   if (!q50.empty()) {
     r.r50 = median(q50);
     r.r99 = median(q99);
-    std::snprintf(buf, sizeof(buf), "placement matched (%zu pair%s)", q50.size(), q50.size() == 1 ? "" : "s");
+    std::snprintf(buf, sizeof(buf), "placement matched (%zu pair%s)", q50.size(),
+                  q50.size() == 1 ? "" : "s");
   } else {
     std::vector<double> a50, a99, b50, b99, af, bf;
     for (const auto& x : a) a50.push_back(x.p50), a99.push_back(x.p99), af.push_back(x.floor50);
@@ -138,7 +141,8 @@ Ratio compare(const std::vector<Captured>& runs, const std::string& num, const s
     r.r50 = median(a50) / median(b50);
     r.r99 = median(a99) / median(b99);
     if (floors) {
-      std::snprintf(buf, sizeof(buf), "PLACEMENT DIFFERED (floor %.0f vs %.0f ns): repeat, interleaved", median(af),
+      std::snprintf(buf, sizeof(buf),
+                    "PLACEMENT DIFFERED (floor %.0f vs %.0f ns): repeat, interleaved", median(af),
                     median(bf));
     } else {
       std::snprintf(buf, sizeof(buf), "medians (no concurrent floor to match)");
@@ -156,15 +160,19 @@ std::string times(double v) {
 }
 
 void print_ratio(const std::string& what, const Ratio& r, double target, const char* target_text) {
-  const char* verdict = target <= 0 ? "-" : std::isnan(r.r50) ? "n/a" : r.r50 <= target ? "met" : "MISSED";
-  std::printf("  %-50s %8s %8s  %-9s %-7s %s\n", what.c_str(), times(r.r50).c_str(), times(r.r99).c_str(),
-              target_text, verdict, r.note.c_str());
+  const char* verdict = target <= 0         ? "-"
+                        : std::isnan(r.r50) ? "n/a"
+                        : r.r50 <= target   ? "met"
+                                            : "MISSED";
+  std::printf("  %-50s %8s %8s  %-9s %-7s %s\n", what.c_str(), times(r.r50).c_str(),
+              times(r.r99).c_str(), target_text, verdict, r.note.c_str());
 }
 
 // Ratio of the floor-normalised p50s (p50 / concurrent floor, median over repetitions) of two
 // spinning benchmarks: what is left when the placement is divided out.
-void normalized_row(const std::vector<Captured>& runs, const std::string& what, const std::string& num,
-                    const std::string& den, double target, const char* target_text) {
+void normalized_row(const std::vector<Captured>& runs, const std::string& what,
+                    const std::string& num, const std::string& den, double target,
+                    const char* target_text) {
   auto norm = [&](const std::string& name, bool p99) {
     std::vector<double> q;
     for (const auto& x : points(runs, name)) {
@@ -185,7 +193,8 @@ void ratio_row(const std::vector<Captured>& runs, const std::string& what, const
   print_ratio(what, compare(runs, num, den), target, target_text);
 }
 
-// p50 of `name` over the floor measured concurrently in the same benchmark (median over repetitions).
+// p50 of `name` over the floor measured concurrently in the same benchmark (median over
+// repetitions).
 void in_run_row(const std::vector<Captured>& runs, const std::string& what, const std::string& name,
                 double target, const char* target_text) {
   std::vector<double> q50, q99;
@@ -212,8 +221,8 @@ void absolute_row(const std::vector<Captured>& runs, const std::string& name) {
     return;
   }
   auto get = [&](const char* key) { return counter(runs, name, key).value_or(NAN); };
-  std::printf("  %-50s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f", name.c_str(), get("p50_ns"), get("p90_ns"),
-              get("p99_ns"), get("p999_ns"), get("ack_p50_ns"), get("samples"));
+  std::printf("  %-50s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f", name.c_str(), get("p50_ns"),
+              get("p90_ns"), get("p99_ns"), get("p999_ns"), get("ack_p50_ns"), get("samples"));
   const double sc = get("tx_syscalls_per_msg");
   if (!std::isnan(sc)) std::printf(" %8.3f", sc);
   std::printf("\n");
@@ -232,7 +241,8 @@ std::string short_label(std::string name) {
   return name;
 }
 
-bool plot(const std::vector<Captured>& runs, const std::string& png, const std::vector<std::string>& bars) {
+bool plot(const std::vector<Captured>& runs, const std::string& png,
+          const std::vector<std::string>& bars) {
   if (png.find('\'') != std::string::npos) {
     std::printf("plot: skipped (quote in the file name)\n");
     return false;
@@ -256,7 +266,8 @@ bool plot(const std::vector<Captured>& runs, const std::string& png, const std::
     for (const char* policy : {"latest", "sequential"}) {
       for (const char* wait : {"spin", "blocking"}) {
         bool any = false;
-        for (std::size_t bytes : {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20, k8M}) {
+        for (std::size_t bytes :
+             {std::size_t{4} << 10, std::size_t{64} << 10, std::size_t{1} << 20, k8M}) {
           auto p50 = counter(runs, ipc(policy, wait, bytes), "p50_ns");
           if (p50) out << bytes << ' ' << *p50 << '\n', any = true;
         }
@@ -271,7 +282,9 @@ bool plot(const std::vector<Captured>& runs, const std::string& png, const std::
     std::ofstream gp(script_path);
     gp << "set terminal pngcairo size 1400,1100 noenhanced font ',10'\n"
        << "set output '" << png << "'\n"
-       << "set multiplot layout 2,1 title 'ringbench: one-way latency (rtt/2 for pingpong_rtt2), median over repetitions; absolute values move with the vCPU placement, compare with --summary ratios'\n"
+       << "set multiplot layout 2,1 title 'ringbench: one-way latency (rtt/2 for pingpong_rtt2), "
+          "median over repetitions; absolute values move with the vCPU placement, compare with "
+          "--summary ratios'\n"
        << "set style data histogram\nset style histogram clustered gap 1\n"
        << "set style fill solid 0.8 border -1\nset logscale y\nset ylabel 'ns (log)'\n"
        << "set grid ytics\nset xtics rotate by -30 scale 0\nset key top left\n"
@@ -281,12 +294,13 @@ bool plot(const std::vector<Captured>& runs, const std::string& png, const std::
        << "set xtics rotate by 0 scale 1\nset xlabel 'frame bytes (readers:1)'\n"
        << "set title 'ipcring p50 against frame size (zero-copy: should be flat)'\n";
     if (series.empty()) {
-      gp << "unset logscale\nset label 1 'no ipcring results' at graph 0.4,0.5\nplot [0:1][0:1] NaN notitle\n";
+      gp << "unset logscale\nset label 1 'no ipcring results' at graph 0.4,0.5\nplot [0:1][0:1] "
+            "NaN notitle\n";
     } else {
       gp << "plot ";
       for (std::size_t i = 0; i < series.size(); ++i) {
-        gp << (i ? ", " : "") << "'" << sizes_path << "' index " << i << " using 1:2 with linespoints title '"
-           << series[i] << "'";
+        gp << (i ? ", " : "") << "'" << sizes_path << "' index " << i
+           << " using 1:2 with linespoints title '" << series[i] << "'";
       }
       gp << "\n";
     }
@@ -295,7 +309,8 @@ bool plot(const std::vector<Captured>& runs, const std::string& png, const std::
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
-    execlp(RINGBENCH_GNUPLOT_PATH, RINGBENCH_GNUPLOT_PATH, script_path.c_str(), static_cast<char*>(nullptr));
+    execlp(RINGBENCH_GNUPLOT_PATH, RINGBENCH_GNUPLOT_PATH, script_path.c_str(),
+           static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = -1;
@@ -307,8 +322,8 @@ bool plot(const std::vector<Captured>& runs, const std::string& png, const std::
     std::printf("plot: %s\n", png.c_str());
   } else {
     std::printf("plot: skipped (%s)\n", pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 127
-                                           ? "gnuplot not found"
-                                           : "gnuplot failed");
+                                            ? "gnuplot not found"
+                                            : "gnuplot failed");
   }
   return ok;
 }
@@ -329,11 +344,16 @@ std::unique_ptr<benchmark::BenchmarkReporter> make_capturing_reporter(const std:
 
 void print_summary(const std::vector<Captured>& runs, const std::string& png_path) {
   std::printf("\n== ringbench summary (ratios of this run; one-way latency unless noted) ==\n");
-  std::printf("  %-50s %9s %9s %9s %9s %9s %9s %8s\n", "benchmark", "p50 ns", "p90 ns", "p99 ns", "p99.9 ns",
-              "floor p50", "samples", "tx sc/msg");
-  std::vector<std::string> headline = {kFloor, kFutex, kFutexRtt, "baseline/uds_seqpacket/blocking/bytes:4096",
-                                       "baseline/pipe/blocking/bytes:4096", "baseline/boost_mq/blocking/bytes:4096",
-                                       kIoxPoll, kIoxWait};
+  std::printf("  %-50s %9s %9s %9s %9s %9s %9s %8s\n", "benchmark", "p50 ns", "p90 ns", "p99 ns",
+              "p99.9 ns", "floor p50", "samples", "tx sc/msg");
+  std::vector<std::string> headline = {kFloor,
+                                       kFutex,
+                                       kFutexRtt,
+                                       "baseline/uds_seqpacket/blocking/bytes:4096",
+                                       "baseline/pipe/blocking/bytes:4096",
+                                       "baseline/boost_mq/blocking/bytes:4096",
+                                       kIoxPoll,
+                                       kIoxWait};
   for (const char* policy : {"latest", "sequential"}) {
     for (const char* wait : {"spin", "blocking"}) {
       headline.push_back(ipc(policy, wait, k4K));
@@ -349,15 +369,19 @@ void print_summary(const std::vector<Captured>& runs, const std::string& png_pat
     ratio_row(runs, p + "spin / raw atomic floor", spin, kFloor, 3.0, "<= 3x");
     in_run_row(runs, p + "spin / concurrent floor (same benchmark)", spin, 3.0, "<= 3x");
     ratio_row(runs, p + "spin / iceoryx polling", spin, kIoxPoll, 0.5, "<= 0.5x");
-    normalized_row(runs, p + "spin / iceoryx polling (floor-normalised)", spin, kIoxPoll, 0.5, "<= 0.5x");
+    normalized_row(runs, p + "spin / iceoryx polling (floor-normalised)", spin, kIoxPoll, 0.5,
+                   "<= 0.5x");
     ratio_row(runs, p + "blocking / futex (one-way)", block, kFutex, 1.2, "<= 1.2x");
     ratio_row(runs, p + "blocking / futex ping-pong rtt/2", block, kFutexRtt, 0, "(info)");
     ratio_row(runs, p + "blocking / iceoryx WaitSet", block, kIoxWait, 1.0, "<= 1x");
     ratio_row(runs, p + "spin 8MiB / 4KiB", ipc(policy, "spin", k8M), spin, 1.2, "<= 1.2x");
-    normalized_row(runs, p + "spin 8MiB / 4KiB (floor-normalised)", ipc(policy, "spin", k8M), spin, 1.2, "<= 1.2x");
-    ratio_row(runs, p + "blocking 8MiB / 4KiB", ipc(policy, "blocking", k8M), block, 1.2, "<= 1.2x");
+    normalized_row(runs, p + "spin 8MiB / 4KiB (floor-normalised)", ipc(policy, "spin", k8M), spin,
+                   1.2, "<= 1.2x");
+    ratio_row(runs, p + "blocking 8MiB / 4KiB", ipc(policy, "blocking", k8M), block, 1.2,
+              "<= 1.2x");
   }
-  std::printf("\n  publish with no sleeping reader (spin readers): system calls of the producer thread\n");
+  std::printf(
+      "\n  publish with no sleeping reader (spin readers): system calls of the producer thread\n");
   for (const char* policy : {"latest", "sequential"}) {
     for (std::size_t bytes : {k4K, k8M}) {
       const std::string name = ipc(policy, "spin", bytes);

@@ -31,7 +31,8 @@ class ProducerCore {
   ProducerCore(const ProducerCore&) = delete;
   ProducerCore& operator=(const ProducerCore&) = delete;
 
-  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self, CudaStream stream = nullptr) noexcept;
+  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self,
+                    CudaStream stream = nullptr) noexcept;
   std::uint64_t publish(Loan& loan, std::size_t bytes, CudaStream stream);
   void drop(Loan& loan) noexcept;
   std::size_t reap() noexcept;
@@ -52,7 +53,7 @@ class ProducerCore {
   std::uint64_t published = 0;
   std::uint64_t loan_failures = 0;
   std::uint64_t readers_reaped = 0;
-  std::uint32_t cursor = 0;           // last slot claimed
+  std::uint32_t cursor = 0;                // last slot claimed
   std::uint32_t newest_slot = UINT32_MAX;  // slot of the newest published frame
   bool loan_out = false;
   bool holds_lease = false;
@@ -87,7 +88,7 @@ class ReaderCore {
   std::uint64_t instance_id = 0;
   std::uint64_t last_sequence = 0;  // newest sequence read (0: none yet)
   std::uint64_t epoch = 0;          // producer epoch last seen
-  bool gone_reported = false;      // producer_gone already returned for this epoch
+  bool gone_reported = false;       // producer_gone already returned for this epoch
   std::uint64_t overruns = 0;
   std::uint64_t fork_gen = 0;
   std::atomic<std::uint32_t> held{0};

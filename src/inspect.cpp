@@ -36,7 +36,6 @@ std::string hex(std::uint64_t v) {
   return b;
 }
 
-
 // Liveness of a lease, probing only a plausible mutex. `who` names the owner in problems.
 bool probe_lease(detail::MutexStorage& storage, const std::string& who,
                  std::vector<std::string>& problems) {
@@ -52,7 +51,6 @@ bool probe_lease(detail::MutexStorage& storage, const std::string& who,
 }  // namespace
 
 namespace detail {
-
 
 Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
                        std::uint32_t mode) {
@@ -278,7 +276,8 @@ std::size_t reap_dead_readers(std::string_view name) {
       throw Error(Errc::corrupt_segment,
                   "ipcring: channel '" + std::string(name) + "': corrupt control segment: reader " +
                       std::to_string(i) + "'s lease is not a robust process-shared mutex (kind " +
-                      hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) + "); not reaping");
+                      hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) +
+                      "); not reaping");
     }
   }
   const std::size_t n = detail::reap_dead_readers(view, nullptr);
@@ -300,8 +299,9 @@ bool remove_channel(std::string_view name, bool force) {
         // A frames object may be left alone; remove it quietly.
         return unlink_channel_objects(name);
       }
-      throw Error(e.code(), std::string(e.what()) +
-                                "; refusing to remove a channel that cannot be checked (use force)");
+      throw Error(e.code(),
+                  std::string(e.what()) +
+                      "; refusing to remove a channel that cannot be checked (use force)");
     }
     std::string live;
     if (s.producer.alive) live += "producer pid " + std::to_string(s.producer.pid);
@@ -311,8 +311,8 @@ bool remove_channel(std::string_view name, bool force) {
               " pid " + std::to_string(r.pid);
     }
     if (!live.empty()) {
-      throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(name) +
-                                          "' is in use (" + live + "); refusing to remove it");
+      throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(name) + "' is in use (" +
+                                          live + "); refusing to remove it");
     }
   }
   return unlink_channel_objects(name);

@@ -28,5 +28,4 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
 // owner's robust mutex is made consistent and unlocked), as a live segment would be.
 Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view name);
 
-
 }  // namespace ipcring::detail

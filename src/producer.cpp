@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "common/errno_text.hpp"
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "core.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/inspect.hpp"
@@ -72,7 +72,8 @@ void init_segment(const SegmentView& view) {
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
     if (int rc = init_robust_mutex(e.lease); rc != 0) {
-      throw Error(Errc::system_error, "ipcring: pthread_mutex_init: " + std::string(errno_text(rc)));
+      throw Error(Errc::system_error,
+                  "ipcring: pthread_mutex_init: " + std::string(errno_text(rc)));
     }
     e.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
   }
@@ -151,7 +152,9 @@ std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
   return gen;
 }
 
-bool ProducerCore::forked() const noexcept { return fork_gen != fork_generation(); }
+bool ProducerCore::forked() const noexcept {
+  return fork_gen != fork_generation();
+}
 
 std::uint32_t ProducerCore::find_free(bool allow_newest) noexcept {
   // Round-robin from the slot after the last one claimed: the oldest frames go first, and the
@@ -315,9 +318,9 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
   self_test_robust_mutexes();
   const std::string ch = channel_prefix(name);
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const Geometry geo = compute_geometry(config.slots, config.max_readers, config.max_held,
-                                        config.frame_bytes,
-                                        static_cast<std::uint32_t>(config.backend), page);
+  const Geometry geo =
+      compute_geometry(config.slots, config.max_readers, config.max_held, config.frame_bytes,
+                       static_cast<std::uint32_t>(config.backend), page);
   auto core = std::make_shared<ProducerCore>();
   core->name = std::string(name);
   core->config = config;
@@ -385,10 +388,9 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (taken == TakeResult::busy) {
-      throw Error(Errc::producer_exists,
-                  ch + "already has a live producer (pid " +
-                      std::to_string(p.pid.load(std::memory_order_relaxed)) +
-                      "); only one producer may publish into a channel");
+      throw Error(Errc::producer_exists, ch + "already has a live producer (pid " +
+                                             std::to_string(p.pid.load(std::memory_order_relaxed)) +
+                                             "); only one producer may publish into a channel");
     }
     if (taken != TakeResult::taken && taken != TakeResult::owner_died) {
       throw Error(Errc::corrupt_segment, ch + "the producer lease is not a usable mutex");
@@ -418,9 +420,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
                         " max_readers=" + std::to_string(geo.max_readers) +
                         " max_held=" + std::to_string(geo.max_held) +
                         " frame_bytes=" + std::to_string(geo.frame_bytes) +
-                        ": the channel has slots=" + std::to_string(h.slots) +
-                        " max_readers=" + std::to_string(h.max_readers) +
-                        " max_held=" + std::to_string(h.max_held) +
+                        ": the channel has slots=" + std::to_string(h.slots) + " max_readers=" +
+                        std::to_string(h.max_readers) + " max_held=" + std::to_string(h.max_held) +
                         " frame_bytes=" + std::to_string(h.frame_bytes) + " and " +
                         std::to_string(live) + " live reader(s) attached");
       }
@@ -453,8 +454,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     p.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
     p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
     // (L2) release: readers that see the new epoch see the recovered slots.
-    p.lease_word.store(LeaseWord::make(core->epoch, LeaseState::active),
-                       std::memory_order_release);
+    p.lease_word.store(LeaseWord::make(core->epoch, LeaseState::active), std::memory_order_release);
     p.wake.fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(p.wake);  // sleepers re-check and report the epoch change
     core->reap();
@@ -465,16 +465,21 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
                                        "segment kept changing under us");
 }
 
-Result<Loan> Producer::loan() noexcept { return core_->loan(core_); }
-Result<Loan> Producer::loan(CudaStream stream) noexcept { return core_->loan(core_, stream); }
+Result<Loan> Producer::loan() noexcept {
+  return core_->loan(core_);
+}
+Result<Loan> Producer::loan(CudaStream stream) noexcept {
+  return core_->loan(core_, stream);
+}
 
 Result<Loan> Producer::loan(std::chrono::nanoseconds timeout) noexcept {
   return loan(timeout, nullptr);
 }
 
 Result<Loan> Producer::loan(std::chrono::nanoseconds timeout, CudaStream stream) noexcept {
-  const std::uint64_t deadline = detail::monotonic_ns() + static_cast<std::uint64_t>(
-                                                              std::max<std::int64_t>(0, timeout.count()));
+  const std::uint64_t deadline =
+      detail::monotonic_ns() +
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
     Result<Loan> r = core_->loan(core_, stream);
     if (r || r.status() != Status::no_free_slot) return r;
@@ -498,10 +503,18 @@ std::uint64_t Producer::publish(Loan&& loan, std::size_t bytes, CudaStream strea
   return core_->publish(loan, bytes, stream);
 }
 
-std::size_t Producer::reap_dead_readers() noexcept { return core_->reap(); }
-std::string_view Producer::name() const noexcept { return core_->name; }
-std::uint64_t Producer::epoch() const noexcept { return core_->epoch; }
-const ChannelConfig& Producer::config() const noexcept { return core_->config; }
+std::size_t Producer::reap_dead_readers() noexcept {
+  return core_->reap();
+}
+std::string_view Producer::name() const noexcept {
+  return core_->name;
+}
+std::uint64_t Producer::epoch() const noexcept {
+  return core_->epoch;
+}
+const ChannelConfig& Producer::config() const noexcept {
+  return core_->config;
+}
 
 // ---- Loan ----------------------------------------------------------------------------------
 

@@ -24,7 +24,9 @@ namespace ipcring {
 
 namespace detail {
 
-bool ReaderCore::forked() const noexcept { return fork_gen != fork_generation(); }
+bool ReaderCore::forked() const noexcept {
+  return fork_gen != fork_generation();
+}
 
 bool ReaderCore::evicted() const noexcept {
   // (L4) acquire, pairs with the reaper's (L3): a reader that still sees its own generation active
@@ -151,7 +153,7 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
         entry.held.store(held.load(std::memory_order_relaxed), std::memory_order_relaxed);
         return r;
       }
-      if (!lost) return r;  // backend error
+      if (!lost) return r;                              // backend error
       if (options.policy == ReadPolicy::latest) break;  // re-read head
     }
     if (options.policy == ReadPolicy::sequential) {
@@ -176,7 +178,8 @@ Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
   const std::uint64_t deadline = start + timeout_ns;
   ProducerBlock& p = view.producer();
   // Spin phase: poll head (a shared cache line read; no system call).
-  const std::uint64_t spin_end = start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, options.spin.count()));
+  const std::uint64_t spin_end =
+      start + static_cast<std::uint64_t>(std::max<std::int64_t>(0, options.spin.count()));
   while (monotonic_ns() < std::min(spin_end, deadline)) {
     for (int k = 0; k < 64; ++k) {
       if (LogWord::sequence(p.head.load(std::memory_order_relaxed)) > last_sequence) break;
@@ -215,7 +218,8 @@ Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
       return r;
     }
     now = monotonic_ns();
-    const std::uint64_t sleep = std::min(deadline - std::min(deadline, now), next_probe - std::min(next_probe, now));
+    const std::uint64_t sleep =
+        std::min(deadline - std::min(deadline, now), next_probe - std::min(next_probe, now));
     if (sleep > 0) futex_wait(p.wake, w, sleep);  // EINTR: loop and re-check
     p.waiters.fetch_sub(1, std::memory_order_relaxed);
     r = try_read(self);
@@ -233,7 +237,10 @@ void ReaderCore::release(Frame& f, CudaStream stream) noexcept {
   ReaderEntry& entry = view.reader(index);
   entry.held.store(now_held, std::memory_order_relaxed);
   const std::uint64_t hold = monotonic_ns() - f.acquired_ns_;
-  const unsigned bucket = hold == 0 ? 0 : static_cast<unsigned>(std::min<std::uint64_t>(kHoldBuckets - 1, static_cast<std::uint64_t>(std::bit_width(hold)) - 1));
+  const unsigned bucket =
+      hold == 0 ? 0
+                : static_cast<unsigned>(std::min<std::uint64_t>(
+                      kHoldBuckets - 1, static_cast<std::uint64_t>(std::bit_width(hold)) - 1));
   entry.hold_histogram[bucket].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -322,24 +329,42 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   return Reader(std::move(core));
 }
 
-Result<Frame> Reader::try_read() noexcept { return core_->try_read(core_); }
+Result<Frame> Reader::try_read() noexcept {
+  return core_->try_read(core_);
+}
 Result<Frame> Reader::read(std::chrono::nanoseconds timeout) noexcept {
   return core_->read(core_, static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count())));
 }
-std::uint32_t Reader::index() const noexcept { return core_->index; }
-std::uint32_t Reader::held() const noexcept { return core_->held.load(std::memory_order_relaxed); }
-std::uint64_t Reader::overruns() const noexcept { return core_->overruns; }
-std::uint64_t Reader::epoch() const noexcept { return core_->epoch; }
-std::string_view Reader::name() const noexcept { return core_->name; }
-std::size_t Reader::frame_bytes() const noexcept { return core_->view.geo.frame_bytes; }
-std::uint32_t Reader::max_held() const noexcept { return core_->view.geo.max_held; }
+std::uint32_t Reader::index() const noexcept {
+  return core_->index;
+}
+std::uint32_t Reader::held() const noexcept {
+  return core_->held.load(std::memory_order_relaxed);
+}
+std::uint64_t Reader::overruns() const noexcept {
+  return core_->overruns;
+}
+std::uint64_t Reader::epoch() const noexcept {
+  return core_->epoch;
+}
+std::string_view Reader::name() const noexcept {
+  return core_->name;
+}
+std::size_t Reader::frame_bytes() const noexcept {
+  return core_->view.geo.frame_bytes;
+}
+std::uint32_t Reader::max_held() const noexcept {
+  return core_->view.geo.max_held;
+}
 Backend Reader::backend() const noexcept {
   return core_->view.geo.backend == 2 ? Backend::cuda : Backend::host;
 }
 
 // ---- Frame ---------------------------------------------------------------------------------
 
-Frame::Frame(Frame&& other) noexcept { *this = std::move(other); }
+Frame::Frame(Frame&& other) noexcept {
+  *this = std::move(other);
+}
 
 Frame& Frame::operator=(Frame&& other) noexcept {
   if (this != &other) {
@@ -361,9 +386,13 @@ Frame& Frame::operator=(Frame&& other) noexcept {
   return *this;
 }
 
-Frame::~Frame() { release(); }
+Frame::~Frame() {
+  release();
+}
 
-void Frame::release() noexcept { release(nullptr); }
+void Frame::release() noexcept {
+  release(nullptr);
+}
 
 void Frame::release(CudaStream stream) noexcept {
   if (!core_) return;

@@ -50,8 +50,9 @@ int run(int argc, char** argv) {
                  cfg.slots, cfg.max_readers * cfg.max_held + 2);
   }
   const auto start = steady_clock::now();
-  const auto end = duration_s > 0 ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
-                                : steady_clock::time_point::max();
+  const auto end = duration_s > 0
+                       ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
+                       : steady_clock::time_point::max();
   const auto period = rate > 0 ? duration_cast<steady_clock::duration>(duration<double>(1.0 / rate))
                                : steady_clock::duration::zero();
   std::uint64_t published = 0;
@@ -87,8 +88,8 @@ int run(int argc, char** argv) {
       "rate_hz=%.0f epoch=%llu\n",
       name.c_str(), static_cast<unsigned long long>(published),
       static_cast<unsigned long long>(loan_failures),
-      static_cast<unsigned long long>(snap.producer.readers_reaped),
-      secs, secs > 0 ? static_cast<double>(published) / secs : 0.0,
+      static_cast<unsigned long long>(snap.producer.readers_reaped), secs,
+      secs > 0 ? static_cast<double>(published) / secs : 0.0,
       static_cast<unsigned long long>(producer->epoch()));
   (void)reaped_manually;
   std::fflush(stdout);

@@ -45,15 +45,19 @@ int run(int argc, char** argv) {
   ipcring::tools::install_stop_handlers();
   const auto start = steady_clock::now();
   ipcring::ReaderOptions opts;
-  opts.policy = policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
+  opts.policy =
+      policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
   std::optional<ipcring::Reader> reader;
   for (;;) {
     try {
       reader.emplace(ipcring::Reader::attach(name, opts));
       break;
     } catch (const ipcring::Error& e) {
-      const bool retry = e.code() == ipcring::Errc::not_found || e.code() == ipcring::Errc::not_ready;
-      if (!retry || steady_clock::now() - start > duration_cast<steady_clock::duration>(duration<double>(wait)) ||
+      const bool retry =
+          e.code() == ipcring::Errc::not_found || e.code() == ipcring::Errc::not_ready;
+      if (!retry ||
+          steady_clock::now() - start >
+              duration_cast<steady_clock::duration>(duration<double>(wait)) ||
           ipcring::tools::stop_requested()) {
         std::fprintf(stderr, "ringsub: %s [%s]\n", e.what(), ipcring::to_string(e.code()));
         return 2;
@@ -61,8 +65,9 @@ int run(int argc, char** argv) {
       std::this_thread::sleep_for(milliseconds(20));
     }
   }
-  const auto end = duration_s > 0 ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
-                                : steady_clock::time_point::max();
+  const auto end = duration_s > 0
+                       ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
+                       : steady_clock::time_point::max();
   std::uint64_t frames = 0, corrupt = 0, gone = 0;
   std::uint64_t last_seq = 0;
   while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {

@@ -16,6 +16,8 @@ inline void install_stop_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-inline bool stop_requested() { return g_stop != 0; }
+inline bool stop_requested() {
+  return g_stop != 0;
+}
 
 }  // namespace ipcring::tools

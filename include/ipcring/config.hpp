@@ -10,13 +10,13 @@ namespace ipcring {
 enum class Backend : std::uint32_t { host = 1, cuda = 2 };
 
 struct ChannelConfig {
-  std::uint32_t slots = 8;          // frame buffers in the pool, 1..1024
-  std::uint32_t max_readers = 8;    // reader entries, 1..32
-  std::uint32_t max_held = 1;       // frames one reader may hold at once, 1..64
-  std::size_t frame_bytes = 0;      // capacity of each frame buffer, > 0
+  std::uint32_t slots = 8;        // frame buffers in the pool, 1..1024
+  std::uint32_t max_readers = 8;  // reader entries, 1..32
+  std::uint32_t max_held = 1;     // frames one reader may hold at once, 1..64
+  std::size_t frame_bytes = 0;    // capacity of each frame buffer, > 0
   Backend backend = Backend::host;
-  int cuda_device = 0;              // CUDA ordinal in the producer's process
-  unsigned mode = 0600;             // permission bits of the segments (set with fchmod)
+  int cuda_device = 0;   // CUDA ordinal in the producer's process
+  unsigned mode = 0600;  // permission bits of the segments (set with fchmod)
   // Dead readers are reaped when a loan finds no free slot and at least this often while the
   // producer loans frames.
   std::chrono::nanoseconds reap_period = std::chrono::milliseconds(100);

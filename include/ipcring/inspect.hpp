@@ -1,8 +1,8 @@
 // inspect.hpp — a read-only view of a channel for tools and tests, and explicit repair.
 //
 // inspect() never changes what the protocol sees: it takes no lease, reaps nothing and evicts
-// nobody. To tell whether an owner is alive it probes its robust mutex; a probe that finds the owner
-// dead leaves the entry marked active (so the owner's death is still seen by the next reap).
+// nobody. To tell whether an owner is alive it probes its robust mutex; a probe that finds the
+// owner dead leaves the entry marked active (so the owner's death is still seen by the next reap).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +25,10 @@ const char* to_string(SlotState s) noexcept;
 struct ProducerInfo {
   std::uint32_t pid = 0;
   bool alive = false;
-  bool closed = false;         // clean exit
+  bool closed = false;  // clean exit
   std::uint64_t epoch = 0;
   std::uint64_t instance_id = 0;
-  std::uint64_t head = 0;      // newest sequence
+  std::uint64_t head = 0;  // newest sequence
   std::uint64_t published = 0;
   std::uint64_t loan_failures = 0;
   std::uint64_t readers_reaped = 0;
@@ -76,7 +76,7 @@ struct Snapshot {
   std::uint64_t frames_segment_bytes = 0;
   std::uint32_t owner_uid = 0;
   std::uint32_t mode = 0;
-  std::uint64_t taken_ns = 0;  // CLOCK_MONOTONIC when the snapshot was taken
+  std::uint64_t taken_ns = 0;         // CLOCK_MONOTONIC when the snapshot was taken
   std::uint64_t created_unix_ns = 0;  // CLOCK_REALTIME when the channel was created (display only)
   std::uint64_t reap_period_ns = 0;   // the producer's periodic reap, as configured at creation
   ProducerInfo producer;

@@ -48,7 +48,7 @@ class Reader {
   std::string_view name() const noexcept;
   std::size_t frame_bytes() const noexcept;
   std::uint32_t max_held() const noexcept;
-  Backend backend() const noexcept;         // where the channel's frames live
+  Backend backend() const noexcept;  // where the channel's frames live
 
  private:
   explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;

@@ -9,15 +9,15 @@ namespace ipcring {
 
 enum class Status : std::uint8_t {
   ok = 0,
-  no_free_slot,     // loan: every slot is held by a reader or is the newest frame
-  timeout,          // a bounded wait ran out
-  no_frame,         // try_read: no frame newer than the last one read
-  producer_gone,    // the producer died or closed; a new producer may take over (new epoch)
-  evicted,          // this reader's lease was taken away (reaped, or the table was repaired)
-  max_held,         // this reader already holds max_held frames; release one first
-  loan_outstanding, // the producer already has a loan; publish or drop it first
-  forked,           // the object was inherited through fork(); use it in the parent only
-  backend_error,    // the frame pool failed (CUDA error); details in the log of the call
+  no_free_slot,      // loan: every slot is held by a reader or is the newest frame
+  timeout,           // a bounded wait ran out
+  no_frame,          // try_read: no frame newer than the last one read
+  producer_gone,     // the producer died or closed; a new producer may take over (new epoch)
+  evicted,           // this reader's lease was taken away (reaped, or the table was repaired)
+  max_held,          // this reader already holds max_held frames; release one first
+  loan_outstanding,  // the producer already has a loan; publish or drop it first
+  forked,            // the object was inherited through fork(); use it in the parent only
+  backend_error,     // the frame pool failed (CUDA error); details in the log of the call
 };
 
 const char* to_string(Status s) noexcept;
@@ -27,7 +27,7 @@ template <class T>
 class Result {
  public:
   Result(T&& value) noexcept : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status s) noexcept : status_(s) {}                // NOLINT(google-explicit-constructor)
+  Result(Status s) noexcept : status_(s) {}                 // NOLINT(google-explicit-constructor)
 
   explicit operator bool() const noexcept { return value_.has_value(); }
   bool has_value() const noexcept { return value_.has_value(); }

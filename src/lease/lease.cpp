@@ -1,5 +1,5 @@
-#include "common/errno_text.hpp"
 #include "lease/lease.hpp"
+#include "common/errno_text.hpp"
 
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstddef>
 #include <condition_variable>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -142,11 +142,11 @@ TakeResult trylock_here(MutexStorage& storage) noexcept {
 // detach, producer create and close), so a mutex and a condition variable are enough.
 class LeaseKeeper {
  public:
-  LeaseKeeper() { std::thread([this] { run(); }).detach(); }
-
-  TakeResult trylock(MutexStorage& storage) {
-    return call(Op::trylock, storage);
+  LeaseKeeper() {
+    std::thread([this] { run(); }).detach();
   }
+
+  TakeResult trylock(MutexStorage& storage) { return call(Op::trylock, storage); }
   void unlock(MutexStorage& storage) { call(Op::unlock, storage); }
 
  private:
@@ -205,11 +205,19 @@ LeaseKeeper& keeper() {
 
 }  // namespace
 
-TakeResult keeper_trylock(MutexStorage& storage) { return keeper().trylock(storage); }
-void keeper_unlock(MutexStorage& storage) { keeper().unlock(storage); }
+TakeResult keeper_trylock(MutexStorage& storage) {
+  return keeper().trylock(storage);
+}
+void keeper_unlock(MutexStorage& storage) {
+  keeper().unlock(storage);
+}
 
-TakeResult probe_trylock(MutexStorage& storage) noexcept { return trylock_here(storage); }
-void probe_unlock(MutexStorage& storage) noexcept { pthread_mutex_unlock(as_mutex(storage)); }
+TakeResult probe_trylock(MutexStorage& storage) noexcept {
+  return trylock_here(storage);
+}
+void probe_unlock(MutexStorage& storage) noexcept {
+  pthread_mutex_unlock(as_mutex(storage));
+}
 
 bool probe_alive(MutexStorage& storage) noexcept {
   switch (trylock_here(storage)) {

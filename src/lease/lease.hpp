@@ -38,11 +38,11 @@ bool lease_mutex_plausible(const MutexStorage& storage) noexcept;
 
 // Result of taking a lease mutex.
 enum class TakeResult {
-  busy,         // EBUSY: held by someone else (a live owner, or a prober for a moment)
-  taken,        // 0: we hold it; the previous holder unlocked it
-  owner_died,   // EOWNERDEAD: we hold it; it was made consistent; the previous holder died
-  unrecoverable,// ENOTRECOVERABLE: re-initialised; call again
-  error,        // another error (EINVAL: not a mutex — corrupt segment)
+  busy,           // EBUSY: held by someone else (a live owner, or a prober for a moment)
+  taken,          // 0: we hold it; the previous holder unlocked it
+  owner_died,     // EOWNERDEAD: we hold it; it was made consistent; the previous holder died
+  unrecoverable,  // ENOTRECOVERABLE: re-initialised; call again
+  error,          // another error (EINVAL: not a mutex — corrupt segment)
 };
 
 // Long-lived leases, held by the lease keeper thread.

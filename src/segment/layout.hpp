@@ -49,19 +49,19 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;  // 2: head carries (sequence, slot)
+inline constexpr std::uint32_t kLayoutVersion = 2;              // 2: head carries (sequence, slot)
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
-inline constexpr std::uint32_t kMaxReaders = 32;    // one bit per reader in the slot state word
-inline constexpr std::uint32_t kMaxSlots = 1024;    // slot index fits in a log entry's low bits
-inline constexpr std::uint32_t kMaxHeld = 64;       // per-reader hold limit
+inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
+inline constexpr std::uint32_t kMaxSlots = 1024;  // slot index fits in a log entry's low bits
+inline constexpr std::uint32_t kMaxHeld = 64;     // per-reader hold limit
 inline constexpr std::uint64_t kMaxFrameBytes = 1ULL << 40;
 inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and ".frames"
 inline constexpr std::size_t kMetadataBytes = 64;
-inline constexpr std::size_t kMutexBytes = 64;      // storage reserved for a pthread_mutex_t
+inline constexpr std::size_t kMutexBytes = 64;  // storage reserved for a pthread_mutex_t
 inline constexpr std::size_t kLibcIdBytes = 32;
-inline constexpr std::size_t kHoldBuckets = 32;     // log2 buckets of hold time in ns
-inline constexpr std::size_t kCudaHandleBytes = 64; // cudaIpcMemHandle_t / cudaIpcEventHandle_t
+inline constexpr std::size_t kHoldBuckets = 32;      // log2 buckets of hold time in ns
+inline constexpr std::size_t kCudaHandleBytes = 64;  // cudaIpcMemHandle_t / cudaIpcEventHandle_t
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "64-bit atomics must be lock-free to work across process boundaries");
@@ -94,7 +94,8 @@ struct SlotWord {
   static constexpr std::uint64_t generation(std::uint64_t w) noexcept {
     return (w >> kGenShift) & kGenMask;
   }
-  static constexpr std::uint64_t make(std::uint64_t gen, bool writing, std::uint64_t mask) noexcept {
+  static constexpr std::uint64_t make(std::uint64_t gen, bool writing,
+                                      std::uint64_t mask) noexcept {
     return ((gen & kGenMask) << kGenShift) | (writing ? kWriting : 0) | (mask & kMaskBits);
   }
   static constexpr std::uint64_t bit(std::uint32_t reader) noexcept { return 1ULL << reader; }
@@ -145,94 +146,94 @@ struct alignas(16) MutexStorage {
 struct alignas(kLine) SegmentHeader {
   std::atomic<std::uint64_t> magic;  // (H1) release store by the creator, written last
   std::uint32_t layout_version;
-  std::uint32_t endian_mark;         // kEndianMark
+  std::uint32_t endian_mark;  // kEndianMark
   // Sizes of the shared types, checked by openers (another compiler or ABI would differ).
   std::uint32_t header_bytes;
   std::uint32_t producer_bytes;
   std::uint32_t reader_entry_bytes;
   std::uint32_t slot_bytes;
   std::uint32_t cuda_slot_bytes;
-  std::uint32_t mutex_bytes;         // sizeof(pthread_mutex_t) of the creator
-  char libc_id[kLibcIdBytes];        // e.g. "glibc 2.36 x86_64"
+  std::uint32_t mutex_bytes;   // sizeof(pthread_mutex_t) of the creator
+  char libc_id[kLibcIdBytes];  // e.g. "glibc 2.36 x86_64"
   // Geometry.
   std::uint32_t slots;
   std::uint32_t max_readers;
   std::uint32_t max_held;
-  std::uint32_t log_size;            // power of two, >= 2 * slots
-  std::uint32_t backend;             // 1 host, 2 cuda
-  std::int32_t cuda_device;          // creator's ordinal (display only; identity is the UUID)
-  std::uint32_t mode;                // permission bits requested by the creator
+  std::uint32_t log_size;    // power of two, >= 2 * slots
+  std::uint32_t backend;     // 1 host, 2 cuda
+  std::int32_t cuda_device;  // creator's ordinal (display only; identity is the UUID)
+  std::uint32_t mode;        // permission bits requested by the creator
   std::uint32_t creator_uid;
-  std::uint64_t frame_bytes;         // capacity of one frame
-  std::uint64_t frame_stride;        // distance between frames in the pool (page multiple)
-  std::uint64_t frames_segment_bytes;// size of the .frames object (0 for cuda)
-  std::uint64_t segment_bytes;       // size of this control segment
+  std::uint64_t frame_bytes;           // capacity of one frame
+  std::uint64_t frame_stride;          // distance between frames in the pool (page multiple)
+  std::uint64_t frames_segment_bytes;  // size of the .frames object (0 for cuda)
+  std::uint64_t segment_bytes;         // size of this control segment
   std::uint64_t producer_offset;
   std::uint64_t reader_table_offset;
   std::uint64_t slot_table_offset;
   std::uint64_t log_offset;
-  std::uint64_t cuda_offset;         // 0 unless backend == cuda
-  std::uint64_t created_ns;          // CLOCK_REALTIME at creation, display only
+  std::uint64_t cuda_offset;  // 0 unless backend == cuda
+  std::uint64_t created_ns;   // CLOCK_REALTIME at creation, display only
   std::uint64_t reap_period_ns;
-  unsigned char cuda_uuid[16];       // device UUID of the frame pool (cuda backend)
-  char name[kMaxNameLength + 1];     // channel name, NUL-terminated
+  unsigned char cuda_uuid[16];    // device UUID of the frame pool (cuda backend)
+  char name[kMaxNameLength + 1];  // channel name, NUL-terminated
 };
 
 // Producer block: its lease, the epoch and the hot publication counters.
 struct alignas(kLine) ProducerBlock {
   // Line 0: lease (written at create, takeover and close).
-  MutexStorage lease;                       // robust mutex held by the producer's lease thread
-  std::atomic<std::uint64_t> lease_word;    // LeaseWord: generation = epoch
-  std::atomic<std::uint64_t> instance_id;   // random per producer object
-  std::atomic<std::uint32_t> pid;           // display only
+  MutexStorage lease;                      // robust mutex held by the producer's lease thread
+  std::atomic<std::uint64_t> lease_word;   // LeaseWord: generation = epoch
+  std::atomic<std::uint64_t> instance_id;  // random per producer object
+  std::atomic<std::uint32_t> pid;          // display only
   std::uint32_t reserved0;
-  std::atomic<std::uint64_t> started_ns;    // CLOCK_MONOTONIC at takeover
+  std::atomic<std::uint64_t> started_ns;  // CLOCK_MONOTONIC at takeover
   alignas(kLine)
-  // Line 1: producer-written hot words.
-  std::atomic<std::uint64_t> head;          // LogWord (sequence, slot) of the newest frame; 0 =
-                                            // none. Carrying the slot saves latest-policy readers
-                                            // the publication log's cache line.
-  std::atomic<std::uint32_t> wake;          // futex word: incremented on every publication
+      // Line 1: producer-written hot words.
+      std::atomic<std::uint64_t> head;  // LogWord (sequence, slot) of the newest frame; 0 =
+                                        // none. Carrying the slot saves latest-policy readers
+                                        // the publication log's cache line.
+  std::atomic<std::uint32_t> wake;      // futex word: incremented on every publication
   std::uint32_t reserved1;
-  std::atomic<std::uint64_t> published;     // frames published over all epochs
-  std::atomic<std::uint64_t> loan_failures; // loans that found no free slot
+  std::atomic<std::uint64_t> published;      // frames published over all epochs
+  std::atomic<std::uint64_t> loan_failures;  // loans that found no free slot
   std::atomic<std::uint64_t> readers_reaped;
   std::atomic<std::uint64_t> last_publish_ns;
   alignas(kLine)
-  // Line 2: reader-written.
-  std::atomic<std::uint32_t> waiters;       // readers inside a futex wait (or about to be)
+      // Line 2: reader-written.
+      std::atomic<std::uint32_t> waiters;  // readers inside a futex wait (or about to be)
   std::uint32_t reserved2;
-  alignas(kLine) std::uint64_t reserved3;   // line 3 kept free for future producer state
+  alignas(kLine) std::uint64_t reserved3;  // line 3 kept free for future producer state
 };
 
 // One reader's lease and telemetry.
 struct alignas(kLine) ReaderEntry {
   // Line 0: lease (attach/detach/reap).
-  MutexStorage lease;                       // robust mutex held by the reader's lease thread
-  std::atomic<std::uint64_t> lease_word;    // LeaseWord
-  std::atomic<std::uint64_t> instance_id;   // random per reader object; 0 when free
-  std::atomic<std::uint32_t> pid;           // display only
-  std::atomic<std::uint32_t> policy;        // 0 latest, 1 sequential
-  std::atomic<std::uint64_t> attached_ns;   // CLOCK_MONOTONIC
+  MutexStorage lease;                      // robust mutex held by the reader's lease thread
+  std::atomic<std::uint64_t> lease_word;   // LeaseWord
+  std::atomic<std::uint64_t> instance_id;  // random per reader object; 0 when free
+  std::atomic<std::uint32_t> pid;          // display only
+  std::atomic<std::uint32_t> policy;       // 0 latest, 1 sequential
+  std::atomic<std::uint64_t> attached_ns;  // CLOCK_MONOTONIC
   alignas(kLine)
-  // Line 1: reader-written telemetry (relaxed; estimates while the reader runs).
-  std::atomic<std::uint64_t> frames_read;
+      // Line 1: reader-written telemetry (relaxed; estimates while the reader runs).
+      std::atomic<std::uint64_t> frames_read;
   std::atomic<std::uint64_t> overruns;
   std::atomic<std::uint64_t> last_sequence;
   std::atomic<std::uint64_t> last_read_ns;
   std::atomic<std::uint32_t> held;
   std::uint32_t reserved0;
   alignas(kLine)
-  // Lines 2-3: hold-time histogram, bucket b counts holds of [2^b, 2^(b+1)) ns.
-  std::atomic<std::uint64_t> hold_histogram[kHoldBuckets];
+      // Lines 2-3: hold-time histogram, bucket b counts holds of [2^b, 2^(b+1)) ns.
+      std::atomic<std::uint64_t> hold_histogram[kHoldBuckets];
 };
 
 // One slot: its state word alone on a line (readers CAS it), then the descriptor.
 struct alignas(kLine) Slot {
-  std::atomic<std::uint64_t> state;         // SlotWord
+  std::atomic<std::uint64_t> state;  // SlotWord
   alignas(kLine)
-  // Descriptor: written by the producer while the slot is WRITING.
-  std::atomic<std::uint64_t> sequence;      // 0 = never published
+      // Descriptor: written by the producer while the slot is WRITING.
+      std::atomic<std::uint64_t> sequence;  // 0 = never published
   std::atomic<std::uint64_t> epoch;
   std::atomic<std::uint64_t> bytes;
   std::atomic<std::uint64_t> timestamp_ns;  // CLOCK_MONOTONIC at publish
@@ -247,8 +248,8 @@ struct alignas(kLine) CudaSlot {
   unsigned char memory_handle[kCudaHandleBytes];      // cudaIpcMemHandle_t of the buffer
   unsigned char write_done_handle[kCudaHandleBytes];  // cudaIpcEventHandle_t, recorded at publish
   unsigned char release_handle[kMaxReaders][kCudaHandleBytes];  // per (slot, reader) fence
-  std::atomic<std::uint64_t> memory_generation;       // producer instance that exported the handles
-  std::atomic<std::uint32_t> release_recorded;        // bit i: reader i recorded its fence
+  std::atomic<std::uint64_t> memory_generation;  // producer instance that exported the handles
+  std::atomic<std::uint32_t> release_recorded;   // bit i: reader i recorded its fence
   std::uint32_t reserved0;
 };
 
@@ -352,8 +353,8 @@ struct SegmentView {
     return reinterpret_cast<Slot*>(base + geo.slot_table_offset)[i];
   }
   std::atomic<std::uint64_t>& log(std::uint64_t sequence) const noexcept {
-    return reinterpret_cast<std::atomic<std::uint64_t>*>(base + geo.log_offset)[sequence &
-                                                                                (geo.log_size - 1)];
+    return reinterpret_cast<std::atomic<std::uint64_t>*>(
+        base + geo.log_offset)[sequence & (geo.log_size - 1)];
   }
   CudaSlot& cuda_slot(std::uint32_t i) const noexcept {
     return reinterpret_cast<CudaSlot*>(base + geo.cuda_offset)[i];

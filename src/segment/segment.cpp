@@ -55,7 +55,6 @@ namespace ipcring::detail {
 
 namespace {
 
-
 [[noreturn]] void throw_system(std::string_view channel, const std::string& what, int err) {
   Errc code = Errc::system_error;
   if (err == EACCES || err == EPERM) code = Errc::permission_denied;
@@ -85,7 +84,9 @@ std::string control_object_name(std::string_view channel) {
 std::string frames_object_name(std::string_view channel) {
   return "ipcring." + std::string(channel) + ".frames";
 }
-std::string shm_path(const std::string& object_name) { return "/dev/shm/" + object_name; }
+std::string shm_path(const std::string& object_name) {
+  return "/dev/shm/" + object_name;
+}
 
 const char* libc_identity() noexcept {
   static const std::string id = [] {
@@ -134,7 +135,7 @@ std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry
                     object + " of " + std::to_string(geo.segment_bytes) + " bytes: " + e.what());
   }
   if (fd < 0) throw_system(channel, "dup", errno);
-  struct stat st{};
+  struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     close(fd);
@@ -238,9 +239,9 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   char libc[kLibcIdBytes + 1] = {};
   std::memcpy(libc, h.libc_id, kLibcIdBytes);
   if (std::strcmp(libc, libc_identity()) != 0) {
-    throw Error(Errc::version_mismatch, ch + "segment was made by '" + libc +
-                                            "' but this process runs '" + libc_identity() +
-                                            "'; robust mutexes are not portable across C libraries");
+    throw Error(Errc::version_mismatch,
+                ch + "segment was made by '" + libc + "' but this process runs '" +
+                    libc_identity() + "'; robust mutexes are not portable across C libraries");
   }
   if (h.slots < 1 || h.slots > kMaxSlots) {
     corrupt("slots = " + std::to_string(h.slots) + " (must be 1.." + std::to_string(kMaxSlots) +
@@ -303,7 +304,7 @@ OpenedSegment open_segment(std::string_view channel) {
       }
       throw_system(channel, "cannot open /dev/shm/" + object, err);
     }
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd, &st) != 0) {
       const int err = errno;
       close(fd);
@@ -348,8 +349,8 @@ OpenedSegment open_segment(std::string_view channel) {
       // (H2) acquire, pairs with (H1): the creator's initialisation is visible once magic is.
       const std::uint64_t magic = header->magic.load(std::memory_order_acquire);
       if (magic == kMagic) {
-        auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, size, st.st_dev,
-                                                 st.st_ino);
+        auto mapping =
+            std::make_shared<Mapping>(std::string(channel), fd, base, size, st.st_dev, st.st_ino);
         // Validate a private copy: the shared header could change under us.
         SegmentHeader copy;
         std::memcpy(static_cast<void*>(&copy), base, sizeof copy);
@@ -358,16 +359,17 @@ OpenedSegment open_segment(std::string_view channel) {
         mapping->view = SegmentView{static_cast<unsigned char*>(base), g};
         std::lock_guard lock(g_registry_mutex);
         auto& slot = registry()[{st.st_dev, st.st_ino}];
-        if (auto existing = slot.lock()) return {existing, static_cast<std::uint32_t>(st.st_uid), mode};
+        if (auto existing = slot.lock())
+          return {existing, static_cast<std::uint32_t>(st.st_uid), mode};
         slot = mapping;
         return OpenedSegment{mapping, static_cast<std::uint32_t>(st.st_uid), mode};
       }
       munmap(base, size);
       if (magic != 0) {
         close(fd);
-        throw Error(Errc::version_mismatch,
-                    ch + "not an ipcring segment of this family: magic is " + hex32(magic) +
-                        ", expected " + hex32(kMagic));
+        throw Error(Errc::version_mismatch, ch +
+                                                "not an ipcring segment of this family: magic is " +
+                                                hex32(magic) + ", expected " + hex32(kMagic));
       }
     }
     close(fd);
@@ -384,7 +386,7 @@ OpenedSegment open_segment(std::string_view channel) {
 }
 
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
-  struct stat st{};
+  struct stat st {};
   const std::string path = shm_path(control_object_name(channel));
   if (stat(path.c_str(), &st) != 0) return false;
   return st.st_dev == dev && st.st_ino == ino;

@@ -18,16 +18,16 @@ int futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
   ts.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000ULL);
   ts.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000ULL);
   // The kernel reads the word itself; std::atomic<uint32_t> has the layout of uint32_t.
-  const long rc = syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT,
-                          expected, &ts, nullptr, 0);
+  const long rc = syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected,
+                          &ts, nullptr, 0);
   if (rc == 0) return 0;
   if (errno == EAGAIN) return 0;  // the value had changed: a publication happened
   return errno;
 }
 
 void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+          0);
 }
 
 }  // namespace ipcring::detail

@@ -92,7 +92,8 @@ int reader_main(const std::string& ch, Board* board, int id, std::uint64_t seed)
 
 TEST_CASE("crash torture: readers SIGKILLed at random points never break the channel") {
   int total_readers = 1000;
-  if (const char* env = std::getenv("IPCRING_TORTURE_READERS")) total_readers = std::atoi(env);  // NOLINT(concurrency-mt-unsafe): before any thread
+  if (const char* env = std::getenv("IPCRING_TORTURE_READERS"))
+    total_readers = std::atoi(env);  // NOLINT(concurrency-mt-unsafe): before any thread
   ScopedChannel ch("torture");
   ChannelConfig cfg{.slots = 10, .max_readers = 4, .max_held = 2, .frame_bytes = 2048};
   REQUIRE(cfg.loan_never_fails());
@@ -168,11 +169,11 @@ TEST_CASE("crash torture: readers SIGKILLed at random points never break the cha
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   board->finish = 1;
   CHECK(wait_exit(producer) == 0);
-  MESSAGE("readers spawned=", spawned, " killed=", killed, " (after attaching: ",
-          board->killed_while_reading.load(), ") exited=", exited,
-          " frames published=", board->published.load(), " verified=",
-          board->frames_verified.load(), " reaped at end=", board->final_reaped.load(),
-          " seconds=", secs);
+  MESSAGE("readers spawned=", spawned, " killed=", killed,
+          " (after attaching: ", board->killed_while_reading.load(), ") exited=", exited,
+          " frames published=", board->published.load(),
+          " verified=", board->frames_verified.load(),
+          " reaped at end=", board->final_reaped.load(), " seconds=", secs);
   CHECK(spawned >= total_readers);
   CHECK(board->killed_while_reading.load() >= static_cast<std::uint64_t>(total_readers) * 9 / 10);
   CHECK(board->corrupt.load() == 0);

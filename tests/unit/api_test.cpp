@@ -109,7 +109,11 @@ TEST_CASE("sequential reader counts overruns when the producer laps it") {
   auto p = Producer::create(ch, small(4, 1, 1));
   auto r = Reader::attach(ch, {.policy = ReadPolicy::sequential});
   publish_seq(p);
-  { auto f = r.try_read(); REQUIRE(f); CHECK(f->sequence() == 1); }
+  {
+    auto f = r.try_read();
+    REQUIRE(f);
+    CHECK(f->sequence() == 1);
+  }
   for (int i = 0; i < 40; ++i) publish_seq(p);  // 41 published; a 4-slot pool keeps the newest
   auto f = r.try_read();
   REQUIRE(f);
@@ -168,15 +172,19 @@ TEST_CASE("bad inputs throw Error with a code and a message naming the channel")
     }
     return Errc{};
   };
-  CHECK(code_of([] { Producer::create("", ChannelConfig{.frame_bytes = 8}); }) == Errc::invalid_name);
-  CHECK(code_of([] { Producer::create("a/b", ChannelConfig{.frame_bytes = 8}); }) == Errc::invalid_name);
+  CHECK(code_of([] { Producer::create("", ChannelConfig{.frame_bytes = 8}); }) ==
+        Errc::invalid_name);
+  CHECK(code_of([] { Producer::create("a/b", ChannelConfig{.frame_bytes = 8}); }) ==
+        Errc::invalid_name);
   CHECK(code_of([] { Producer::create(std::string(201, 'x'), ChannelConfig{.frame_bytes = 8}); }) ==
         Errc::invalid_name);
   CHECK(code_of([&] { Producer::create(ch, ChannelConfig{.slots = 0, .frame_bytes = 8}); }) ==
         Errc::invalid_config);
-  CHECK(code_of([&] { Producer::create(ch, ChannelConfig{.frame_bytes = 0}); }) == Errc::invalid_config);
-  CHECK(code_of([&] { Producer::create(ch, ChannelConfig{.max_readers = 33, .frame_bytes = 8}); }) ==
+  CHECK(code_of([&] { Producer::create(ch, ChannelConfig{.frame_bytes = 0}); }) ==
         Errc::invalid_config);
+  CHECK(code_of([&] {
+          Producer::create(ch, ChannelConfig{.max_readers = 33, .frame_bytes = 8});
+        }) == Errc::invalid_config);
   CHECK(code_of([&] { Producer::create(ch, ChannelConfig{.max_held = 0, .frame_bytes = 8}); }) ==
         Errc::invalid_config);
   CHECK(code_of([&] { Reader::attach("no-such-channel-xyz"); }) == Errc::not_found);

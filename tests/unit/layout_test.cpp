@@ -23,30 +23,65 @@ std::uint64_t layout_fingerprint() {
   };
 #define PIN(type, field) mix(offsetof(type, field))
   mix(sizeof(SegmentHeader));
-  PIN(SegmentHeader, magic); PIN(SegmentHeader, layout_version); PIN(SegmentHeader, endian_mark);
-  PIN(SegmentHeader, header_bytes); PIN(SegmentHeader, libc_id); PIN(SegmentHeader, slots);
-  PIN(SegmentHeader, max_readers); PIN(SegmentHeader, max_held); PIN(SegmentHeader, log_size);
-  PIN(SegmentHeader, backend); PIN(SegmentHeader, mode); PIN(SegmentHeader, frame_bytes);
-  PIN(SegmentHeader, segment_bytes); PIN(SegmentHeader, log_offset);
-  PIN(SegmentHeader, cuda_offset); PIN(SegmentHeader, cuda_uuid); PIN(SegmentHeader, name);
+  PIN(SegmentHeader, magic);
+  PIN(SegmentHeader, layout_version);
+  PIN(SegmentHeader, endian_mark);
+  PIN(SegmentHeader, header_bytes);
+  PIN(SegmentHeader, libc_id);
+  PIN(SegmentHeader, slots);
+  PIN(SegmentHeader, max_readers);
+  PIN(SegmentHeader, max_held);
+  PIN(SegmentHeader, log_size);
+  PIN(SegmentHeader, backend);
+  PIN(SegmentHeader, mode);
+  PIN(SegmentHeader, frame_bytes);
+  PIN(SegmentHeader, segment_bytes);
+  PIN(SegmentHeader, log_offset);
+  PIN(SegmentHeader, cuda_offset);
+  PIN(SegmentHeader, cuda_uuid);
+  PIN(SegmentHeader, name);
   mix(sizeof(ProducerBlock));
-  PIN(ProducerBlock, lease); PIN(ProducerBlock, lease_word); PIN(ProducerBlock, instance_id);
-  PIN(ProducerBlock, pid); PIN(ProducerBlock, head); PIN(ProducerBlock, wake);
-  PIN(ProducerBlock, published); PIN(ProducerBlock, waiters);
+  PIN(ProducerBlock, lease);
+  PIN(ProducerBlock, lease_word);
+  PIN(ProducerBlock, instance_id);
+  PIN(ProducerBlock, pid);
+  PIN(ProducerBlock, head);
+  PIN(ProducerBlock, wake);
+  PIN(ProducerBlock, published);
+  PIN(ProducerBlock, waiters);
   mix(sizeof(ReaderEntry));
-  PIN(ReaderEntry, lease); PIN(ReaderEntry, lease_word); PIN(ReaderEntry, instance_id);
-  PIN(ReaderEntry, pid); PIN(ReaderEntry, frames_read); PIN(ReaderEntry, held);
+  PIN(ReaderEntry, lease);
+  PIN(ReaderEntry, lease_word);
+  PIN(ReaderEntry, instance_id);
+  PIN(ReaderEntry, pid);
+  PIN(ReaderEntry, frames_read);
+  PIN(ReaderEntry, held);
   PIN(ReaderEntry, hold_histogram);
   mix(sizeof(Slot));
-  PIN(Slot, state); PIN(Slot, sequence); PIN(Slot, epoch); PIN(Slot, bytes);
-  PIN(Slot, timestamp_ns); PIN(Slot, buffer_index); PIN(Slot, metadata_bytes); PIN(Slot, metadata);
+  PIN(Slot, state);
+  PIN(Slot, sequence);
+  PIN(Slot, epoch);
+  PIN(Slot, bytes);
+  PIN(Slot, timestamp_ns);
+  PIN(Slot, buffer_index);
+  PIN(Slot, metadata_bytes);
+  PIN(Slot, metadata);
   mix(sizeof(CudaSlot));
-  PIN(CudaSlot, memory_handle); PIN(CudaSlot, write_done_handle); PIN(CudaSlot, release_handle);
-  PIN(CudaSlot, memory_generation); PIN(CudaSlot, release_recorded);
+  PIN(CudaSlot, memory_handle);
+  PIN(CudaSlot, write_done_handle);
+  PIN(CudaSlot, release_handle);
+  PIN(CudaSlot, memory_generation);
+  PIN(CudaSlot, release_recorded);
 #undef PIN
   // The packing of the shared words is part of the layout too.
-  mix(SlotWord::kGenShift); mix(SlotWord::kWriting); mix(SlotWord::kMaskBits);
-  mix(LogWord::kSlotBits); mix(kMaxReaders); mix(kMaxSlots); mix(kLine); mix(kMutexBytes);
+  mix(SlotWord::kGenShift);
+  mix(SlotWord::kWriting);
+  mix(SlotWord::kMaskBits);
+  mix(LogWord::kSlotBits);
+  mix(kMaxReaders);
+  mix(kMaxSlots);
+  mix(kLine);
+  mix(kMutexBytes);
   return h;
 }
 
@@ -54,7 +89,8 @@ std::uint64_t layout_fingerprint() {
 
 TEST_CASE("the shared-memory layout matches its version") {
   const std::uint64_t fp = layout_fingerprint();
-  INFO("layout fingerprint is 0x" << std::hex << fp
+  INFO("layout fingerprint is 0x"
+       << std::hex << fp
        << ": if you changed the layout on purpose, bump kLayoutVersion and record it here");
   CHECK(kLayoutVersion == 2);
   CHECK(fp == 0x531aa7f0b53da71fULL);

@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/errno_text.hpp"
 #include "backend/pool.hpp"
+#include "common/errno_text.hpp"
 #include "ipcring/error.hpp"
 #include "segment/segment.hpp"
 
@@ -41,12 +41,11 @@ class HostMapping {
         fd_ = dup(shm.get_mapping_handle().handle);
       }
     } catch (const bip::interprocess_exception& e) {
-      throw Error(e.get_error_code() == bip::not_found_error ? Errc::not_found
-                                                              : Errc::system_error,
+      throw Error(e.get_error_code() == bip::not_found_error ? Errc::not_found : Errc::system_error,
                   ch + "frame pool /dev/shm/" + object + ": " + e.what());
     }
     if (fd_ < 0) throw Error(Errc::system_error, ch + "dup: " + errno_text(errno));
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes_) {
       const auto found = static_cast<unsigned long long>(st.st_size);
       close(fd_);
@@ -54,8 +53,8 @@ class HostMapping {
                                              std::to_string(found) + " bytes, expected " +
                                              std::to_string(bytes_));
     }
-    base_ = mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_,
-                 0);
+    base_ =
+        mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_, 0);
     if (base_ == MAP_FAILED) {
       const int err = errno;
       close(fd_);

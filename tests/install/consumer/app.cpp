@@ -9,7 +9,8 @@
 
 int main() {
   const std::string name = "consumer-" + std::to_string(getpid());
-  auto producer = ipcring::Producer::create(name, {.slots = 4, .max_readers = 1, .frame_bytes = 64});
+  auto producer =
+      ipcring::Producer::create(name, {.slots = 4, .max_readers = 1, .frame_bytes = 64});
   auto reader = ipcring::Reader::attach(name);
   auto loan = producer.loan();
   if (!loan) return 1;
