@@ -30,6 +30,9 @@ if [[ "${IPCRING_TEST_QUICK:-0}" != 1 ]]; then
   cmake --build --preset fuzz -j"$jobs"
   ctest --test-dir build/fuzz -L fuzz --output-on-failure
 
+  section "aarch64: the library and protocol tests cross-built, run under qemu-user"
+  scripts/aarch64-check.sh
+
   section "clang-tidy"
   scripts/tidy.sh
 fi
