@@ -6,9 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-5}"
 scripts/install-deps.sh --minimal
-cmake --preset default -DIPCRING_BUILD_TESTS=OFF -DIPCRING_BUILD_BENCH=OFF -DIPCRING_PYTHON=OFF >/dev/null
-cmake --build --preset default -j"$(nproc)" --target ringpub ringsub ringdump >/dev/null
-bin=build/default/tools
+# Its own build directory, so the demo's options never stick to a developer's build/default.
+cmake -S . -B build/demo -DCMAKE_BUILD_TYPE=Release -DIPCRING_BUILD_TESTS=OFF -DIPCRING_BUILD_BENCH=OFF \
+  -DIPCRING_PYTHON=OFF -DIPCRING_WITH_CUDA=OFF >/dev/null
+cmake --build build/demo -j"$(nproc)" --target ringpub ringsub ringdump >/dev/null
+bin=build/demo/tools
 name="demo-$$"
 
 echo "== ipcring demo: channel '$name', 8 slots, 3 readers, each may hold 2 frames, 1000 frames/s"

@@ -310,7 +310,8 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   if (!core->holds_lease) {
     std::string pids;
     for (std::uint32_t i = 0; i < view.geo.max_readers && i < 8; ++i) {
-      pids += (i ? "," : "") + std::to_string(view.reader(i).pid.load(std::memory_order_relaxed));
+      if (i != 0) pids += ',';
+      pids += std::to_string(view.reader(i).pid.load(std::memory_order_relaxed));
     }
     throw Error(Errc::too_many_readers,
                 "ipcring: channel '" + std::string(name) + "': all " +
