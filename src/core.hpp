@@ -59,7 +59,7 @@ class ProducerCore {
   bool holds_lease = false;
 
  private:
-  std::uint32_t find_free(bool allow_newest) noexcept;
+  std::uint32_t find_free(bool allow_newest, std::uint64_t* observed = nullptr) noexcept;
 };
 
 class ReaderCore {

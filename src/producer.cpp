@@ -156,15 +156,22 @@ bool ProducerCore::forked() const noexcept {
   return fork_gen != fork_generation();
 }
 
-std::uint32_t ProducerCore::find_free(bool allow_newest) noexcept {
+std::uint32_t ProducerCore::find_free(bool allow_newest, std::uint64_t* observed) noexcept {
   // Round-robin from the slot after the last one claimed: the oldest frames go first, and the
   // newest frame stays readable for latest-policy readers as long as another slot is free.
   const std::uint32_t n = view.geo.slots;
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (std::uint32_t k = 1; k <= n; ++k) {
     const std::uint32_t i = (cursor + k) % n;
     if (i == newest_slot && !allow_newest) continue;
     if (claim_for_write(view.slot(i))) return i;  // (P1)
+    if (observed != nullptr) {
+      // A hash of the busy words this pass saw (relaxed: only compared with the next pass).
+      h = (h ^ (view.slot(i).state.load(std::memory_order_relaxed) + i)) * 0xbf58476d1ce4e5b9ULL;
+      h ^= h >> 31;
+    }
   }
+  if (observed != nullptr) *observed = h;
   return UINT32_MAX;
 }
 
@@ -182,7 +189,22 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
     reap();
     last_reap_ns = monotonic_ns();
     i = find_free(false);
-    if (i == UINT32_MAX) i = find_free(true);
+    // A scan is not atomic: readers can release a slot behind it and claim one ahead of it, so
+    // a pass can see every slot busy although one was free at every instant (the model finds
+    // this with three readers; model/ipcring.pml, case loan-cpp-three-readers). Each further
+    // failing pass needs a reader to claim a frame it had not read, and without new
+    // publications there are at most max_readers * slots such claims: scanning that many more
+    // times keeps the sizing rule's promise. Normally the first pass succeeds.
+    // A pass that sees exactly the words of the previous one ends the search: no slot can have
+    // been free in between, because no reader re-claims a frame it has read.
+    const std::uint64_t passes = std::uint64_t{view.geo.max_readers} * view.geo.slots + 1;
+    std::uint64_t previous = 0;
+    for (std::uint64_t pass = 0; i == UINT32_MAX && pass < passes; ++pass) {
+      std::uint64_t seen = 0;
+      i = find_free(true, &seen);
+      if (i == UINT32_MAX && pass > 0 && seen == previous) break;
+      previous = seen;
+    }
   }
   ProducerBlock& p = view.producer();
   if (i == UINT32_MAX) {
