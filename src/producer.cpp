@@ -192,12 +192,14 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
     // A scan is not atomic: readers can release a slot behind it and claim one ahead of it, so
     // a pass can see every slot busy although one was free at every instant (the model finds
     // this with three readers; model/ipcring.pml, case loan-cpp-three-readers). Each further
-    // failing pass needs a reader to claim a frame it had not read, and without new
-    // publications there are at most max_readers * slots such claims: scanning that many more
-    // times keeps the sizing rule's promise. Normally the first pass succeeds.
+    // failing pass needs a reader to claim (perhaps only transiently) a frame it had not read;
+    // without new publications a reader walks at most the publication log, so there are at most
+    // max_readers * (log_size + 1) such claims: scanning that many more times keeps the sizing
+    // rule's promise. Normally the first pass succeeds.
     // A pass that sees exactly the words of the previous one ends the search: no slot can have
     // been free in between, because no reader re-claims a frame it has read.
-    const std::uint64_t passes = std::uint64_t{view.geo.max_readers} * view.geo.slots + 1;
+    const std::uint64_t passes =
+        std::uint64_t{view.geo.max_readers} * (std::uint64_t{view.geo.log_size} + 1) + 1;
     std::uint64_t previous = 0;
     for (std::uint64_t pass = 0; i == UINT32_MAX && pass < passes; ++pass) {
       std::uint64_t seen = 0;

@@ -70,6 +70,13 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
     release_read(slot, bit, generation);  // (R5)
     return Status::no_frame;
   }
+  // A takeover may have completed since try_read read the epoch: a frame of an ended epoch is
+  // never returned once the new epoch is visible (the model's epoch-after-takeover case). The
+  // producer's lease line is read-mostly, so this load costs little.
+  if (LeaseWord::generation(view.producer().lease_word.load(std::memory_order_acquire)) != epoch) {
+    release_read(slot, bit, generation);
+    return Status::no_frame;  // the next try_read reports producer_gone
+  }
   const std::byte* data =
       pool->buffer(i, epoch, view.producer().instance_id.load(std::memory_order_relaxed));
   if (data == nullptr) {
