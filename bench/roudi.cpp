@@ -79,8 +79,8 @@ void ensure_roudi_running() {
   }
   s.tried = true;
   s.owner = getpid();
-  const char* env = std::getenv(
-      "RINGBENCH_IOX_ROUDI");  // NOLINT(concurrency-mt-unsafe): nothing sets the environment
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in ringbench sets the environment
+  const char* env = std::getenv("RINGBENCH_IOX_ROUDI");
   const std::string binary = env != nullptr && *env != '\0' ? env : RINGBENCH_IOX_ROUDI_PATH;
   s.log_path = "/tmp/ringbench-roudi-" + std::to_string(getpid()) + ".log";
   const int log = open(s.log_path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);

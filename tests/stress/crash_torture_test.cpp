@@ -92,8 +92,8 @@ int reader_main(const std::string& ch, Board* board, int id, std::uint64_t seed)
 
 TEST_CASE("crash torture: readers SIGKILLed at random points never break the channel") {
   int total_readers = 1000;
-  if (const char* env = std::getenv("IPCRING_TORTURE_READERS"))
-    total_readers = std::atoi(env);  // NOLINT(concurrency-mt-unsafe): before any thread
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
+  if (const char* env = std::getenv("IPCRING_TORTURE_READERS")) total_readers = std::atoi(env);
   ScopedChannel ch("torture");
   ChannelConfig cfg{.slots = 10, .max_readers = 4, .max_held = 2, .frame_bytes = 2048};
   REQUIRE(cfg.loan_never_fails());

@@ -22,8 +22,8 @@ using test::ScopedChannel;
 
 TEST_CASE("thread stress: claim, release and recycle over one mapping") {
   double seconds = 2.0;
-  if (const char* env = std::getenv("IPCRING_STRESS_SECONDS"))
-    seconds = std::atof(env);  // NOLINT(concurrency-mt-unsafe): before any thread
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
+  if (const char* env = std::getenv("IPCRING_STRESS_SECONDS")) seconds = std::atof(env);
   ScopedChannel ch("threads");
   ChannelConfig cfg{.slots = 14, .max_readers = 6, .max_held = 2, .frame_bytes = 512};
   REQUIRE(cfg.loan_never_fails());
