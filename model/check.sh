@@ -36,8 +36,10 @@ cases=(
   "reapers|pass|-DNS=3 -DMAXSEQ=3 -DNR=1 -DNRP=1 -DRDIE=1 -DLIVES=2 -DTOOL=1 -DTOOLDIE=1 -DINSPECT=1 -DINSPDIE=1|"
   "takeover|pass|-DNS=3 -DMAXSEQ=3 -DNRP=1 -DPDIE=1 -DTAKEOVER=1 -DRDIE=1 -DLIVES=2|"
   "takeover-probed|pass|-DNS=3 -DMAXSEQ=2 -DNRP=1 -DPDIE=1 -DTAKEOVER=1 -DINSPECT=1 -DINSPDIE=1|"
+  "loan-lagging-reader|pass|-DNS=4 -DLOG=16 -DMAXSEQ=18 -DREADERS_WAIT=17 -DDROPS=0 -DLOAN_POLICY=5|-w27"
   "loan-as-briefed|loan_may_fail_here|-DLOAN_POLICY=1 -DSEQMASK=3|"
-  "epoch-after-takeover|claimed_frame_is_of_the_current_epoch|-DNS=3 -DMAXSEQ=3 -DNRP=1 -DPDIE=1 -DTAKEOVER=1 -DEPOCH_CURRENT_AT_CLAIM|"
+  "loan-early-exit|loan_may_fail_here|-DNS=4 -DLOG=16 -DMAXSEQ=18 -DREADERS_WAIT=17 -DDROPS=0 -DLOAN_POLICY=4|"
+  "epoch-recheck-removed|claimed_frame_is_of_the_current_epoch|-DNS=3 -DMAXSEQ=3 -DNRP=1 -DPDIE=1 -DTAKEOVER=1 -DEPOCH_RECHECK=0|"
   "broken-blind-or|safety|-DBROKEN_BLIND_OR|"
   "broken-no-recheck|safety|-DBROKEN_NO_RECHECK|"
   "broken-detach-order|live_reader_keeps_lease|-DBROKEN_DETACH_ORDER -DNS=3 -DMAXSEQ=2 -DNR=1 -DNRP=2|"
@@ -46,8 +48,8 @@ long_cases=(
   "reader-death-3slots|pass|-DNS=3 -DMAXSEQ=4 -DRDIE=1 -DRDIEMASK=1 -DLIVES=2|-w27"
   "shared-entry-probed|pass|-DNS=3 -DMAXSEQ=3 -DNR=1 -DNRP=2 -DRDIE=1 -DLIVES=2 -DINSPECT=1 -DINSPDIE=1|-w27"
   "takeover-two-readers|pass|-DNS=3 -DMAXSEQ=2 -DNRP=2 -DPDIE=1 -DTAKEOVER=1|-w27"
-  "loan-cpp-three-readers|loan_may_fail_here|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0|-w28|-DMEMLIM=16384"
-  "loan-fixed-three-readers|pass|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=3 -DLOAN_MAXPASS=4|-w34 -k3|-DBITSTATE"
+  "loan-three-scans-three-readers|loan_may_fail_here|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=2|-w28|-DMEMLIM=16384"
+  "loan-fixed-three-readers|pass|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=5|-w34 -k3|-DBITSTATE"
 )
 
 long=0 keep=0 jobs=2 list=0

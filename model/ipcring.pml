@@ -55,7 +55,7 @@
  *       sequence n holds the frame that was published as n (not an orphan of a dead producer);
  *   (i) sizing rule: with NS >= NR*H + 2 a loan never fails (asserted where it would fail).
  *
- * Switches (spin -DNAME[=value]): the sizes below; LOAN_POLICY;
+ * Switches (spin -DNAME[=value]): the sizes below; LOAN_POLICY; EPOCH_RECHECK; READERS_WAIT;
  * BROKEN_BLIND_OR, BROKEN_NO_RECHECK, BROKEN_DETACH_ORDER (deliberately wrong readers that must
  * fail).
  */
@@ -119,16 +119,30 @@
 #define PERIODIC_REAP 0  /* 1: any loan may start with a reap (the reap period elapsed) */
 #endif
 #ifndef LOAN_POLICY
-#define LOAN_POLICY 2
+#define LOAN_POLICY 4
 #endif
 /* LOAN_POLICY 1: as briefed: scan (skipping the newest slot), reap, scan once more, fail.
- * LOAN_POLICY 2: the first src/producer.cpp: scan, reap, scan, then one scan that may take the newest
- *                slot, fail.
- * LOAN_POLICY 3 (src/producer.cpp now, with a bound of max_readers * (log_size + 1) + 1 scans):
- *                scan, reap, scan, then scans that may take the newest slot, LOAN_MAXPASS scans
- *                in all, fail. */
+ * LOAN_POLICY 2: the first src/producer.cpp: scan, reap, scan, then one scan that may take the
+ *                newest slot, fail.
+ * LOAN_POLICY 3: scan, reap, scan, then scans that may take the newest slot, LOAN_MAXPASS scans
+ *                in all, fail.
+ * LOAN_POLICY 4: an earlier src/producer.cpp: scan, reap, scan, then up to LOAN_LOOP scans that may take
+ *                the newest slot, each recording the words of the busy slots it saw; a scan that
+ *                saw exactly the previous scan's words ends the search (fail). Refuted: a lagging
+ *                sequential reader repeats the same words (docs/model.md, finding 1).
+ * LOAN_POLICY 5: src/producer.cpp now: 4, but the early end only where the sizing rule does not hold (the
+ *                fix): where it holds, all LOAN_LOOP scans. */
 #ifndef LOAN_MAXPASS
 #define LOAN_MAXPASS 8
+#endif
+#ifndef LOAN_LOOP
+#define LOAN_LOOP (NR * (LOG + 1) + 1)   /* max_readers * (log_size + 1) + 1, as in the C++ */
+#endif
+#ifndef READERS_WAIT
+#define READERS_WAIT 0   /* readers attach at once but read only once head >= READERS_WAIT */
+#endif
+#ifndef EPOCH_RECHECK
+#define EPOCH_RECHECK 1  /* the reader re-reads the producer's epoch after its claim (reader.cpp) */
 #endif
 
 #define SIZING (NS >= NR * H + 2)
@@ -209,7 +223,7 @@ hidden byte slot_untouched_while_loaned;   /* (g) nobody changed a W slot but it
 hidden byte loan_may_fail_here;            /* (i) false where the sizing rule holds */
 hidden byte sequence_published_once;       /* (h) */
 hidden byte held_frame_is_the_published_one;   /* (a),(h) payload and descriptor at the claim */
-hidden byte claimed_frame_is_of_the_current_epoch;  /* EPOCH_CURRENT_AT_CLAIM only */
+hidden byte claimed_frame_is_of_the_current_epoch;  /* no old-epoch frame after a takeover */
 hidden byte w_slot_has_no_reader_bit;      /* (g) Monitor */
 hidden byte held_frame_unchanged;          /* (a),(b) Monitor */
 hidden byte live_reader_keeps_lease;       /* (e) Monitor */
@@ -346,9 +360,48 @@ inline reap(who) {
 #endif
 #define RETRY_LATER atomic { SOME_FREE || SOME_DEAD }
 
+/* LOAN_POLICY 4, 5: comparing, keeping and clearing the words a scan observed. Policy 5 records
+ * nothing where the sizing rule holds (it would never use it). */
+#if LOAN_POLICY == 4 || (LOAN_POLICY == 5 && !(NS >= NR * H + 2))
+#define RECORD_OBS 1
+#else
+#define RECORD_OBS 0
+#endif
+#if NS == 2
+#define OBS_SAME (obs[0] == prev[0] && obs[1] == prev[1])
+#define OBS_KEEP prev[0] = obs[0]; prev[1] = obs[1]
+#define OBS_CLEAR obs[0] = 0; obs[1] = 0; prev[0] = 0; prev[1] = 0
+#elif NS == 3
+#define OBS_SAME (obs[0] == prev[0] && obs[1] == prev[1] && obs[2] == prev[2])
+#define OBS_KEEP prev[0] = obs[0]; prev[1] = obs[1]; prev[2] = obs[2]
+#define OBS_CLEAR obs[0] = 0; obs[1] = 0; obs[2] = 0; prev[0] = 0; prev[1] = 0; prev[2] = 0
+#elif NS == 4
+#define OBS_SAME (obs[0] == prev[0] && obs[1] == prev[1] && obs[2] == prev[2] && obs[3] == prev[3])
+#define OBS_KEEP prev[0] = obs[0]; prev[1] = obs[1]; prev[2] = obs[2]; prev[3] = obs[3]
+#define OBS_CLEAR obs[0] = 0; obs[1] = 0; obs[2] = 0; obs[3] = 0; \
+                  prev[0] = 0; prev[1] = 0; prev[2] = 0; prev[3] = 0
+#elif NS == 5
+#define OBS_SAME (obs[0] == prev[0] && obs[1] == prev[1] && obs[2] == prev[2] && \
+                  obs[3] == prev[3] && obs[4] == prev[4])
+#define OBS_KEEP prev[0] = obs[0]; prev[1] = obs[1]; prev[2] = obs[2]; prev[3] = obs[3]; \
+                 prev[4] = obs[4]
+#define OBS_CLEAR obs[0] = 0; obs[1] = 0; obs[2] = 0; obs[3] = 0; obs[4] = 0; \
+                  prev[0] = 0; prev[1] = 0; prev[2] = 0; prev[3] = 0; prev[4] = 0
+#else
+#define OBS_SAME (obs[0] == prev[0] && obs[1] == prev[1] && obs[2] == prev[2] && \
+                  obs[3] == prev[3] && obs[4] == prev[4] && obs[5] == prev[5])
+#define OBS_KEEP prev[0] = obs[0]; prev[1] = obs[1]; prev[2] = obs[2]; prev[3] = obs[3]; \
+                 prev[4] = obs[4]; prev[5] = obs[5]
+#define OBS_CLEAR obs[0] = 0; obs[1] = 0; obs[2] = 0; obs[3] = 0; obs[4] = 0; obs[5] = 0; \
+                  prev[0] = 0; prev[1] = 0; prev[2] = 0; prev[3] = 0; prev[4] = 0; prev[5] = 0
+#endif
+
 /* ---- producer ------------------------------------------------------------------------------ */
 proctype Producer(byte me) {
   byte dl, k, n, sg, last, hs, i, e2, rc, x, pass, cand, drops;
+#if RECORD_OBS
+  byte obs[NS], prev[NS];   /* the words of the busy slots the current / previous scan saw */
+#endif
   drops = DROPS;
   hs = NOSLOT;      /* newest_slot: skipped by the first scans */
   last = 0;         /* cursor: scans start after it */
@@ -420,6 +473,14 @@ proctype Producer(byte me) {
                 :: else -> SAY("P%d: scan %d: slot %d busy:", me, pass, k); print_slots()
                 fi
              fi)
+#if RECORD_OBS
+        ;
+        if
+        :: cand == NOSLOT && pass >= 2 ->
+           LOAD(obs[k] = sgen[k] + 2 * sw[k] + 4 * smask[k])   /* find_free's `observed` */
+        :: else
+        fi
+#endif
      :: cand == NOSLOT && i > NS ->              /* a whole scan found nothing */
         atomic { pass++; i = 1 };
         if
@@ -429,9 +490,24 @@ proctype Producer(byte me) {
 #elif LOAN_POLICY == 2
         :: pass == 2 -> skip                     /* the last scan may take the newest slot */
         :: pass == 3 -> break
-#else
+#elif LOAN_POLICY == 3
         :: pass >= 2 && pass < LOAN_MAXPASS -> skip
         :: pass == LOAN_MAXPASS -> break
+#else    /* 4, 5 */
+        :: pass == 2 -> skip                     /* the loop of scans that may take the newest */
+        :: pass >= 3 && pass < 2 + LOAN_LOOP ->
+#if RECORD_OBS
+           if
+           :: pass >= 4 && OBS_SAME ->           /* saw the previous scan's words: give up */
+              atomic { SAY("P%d: scan %d saw what scan %d saw: gives up\n", me, pass - 1, pass - 2);
+                       OBS_CLEAR };
+              break
+           :: else -> atomic { OBS_KEEP }
+           fi
+#else
+           skip
+#endif
+        :: pass == 2 + LOAN_LOOP -> break
 #endif
         fi
      :: cand != NOSLOT -> break
@@ -468,7 +544,11 @@ proctype Producer(byte me) {
                 SAY("P%d: head = %d\n", me, n))
         fi
      fi;
-     atomic { pass = 0; i = 0; k = 0 }
+     atomic { pass = 0; i = 0; k = 0
+#if RECORD_OBS
+              ; OBS_CLEAR
+#endif
+     }
   od;
   goto done;
 dead:
@@ -487,35 +567,52 @@ done:
 #else
 #define RECHECK (dseq[k] == n && depoch[k] == ce)
 #endif
-/* EPOCH_CURRENT_AT_CLAIM: also require that the frame's epoch is still the channel's epoch when
- * the claim succeeds, i.e. that no frame of an older epoch is returned after a takeover (L2).
- * The protocol compares with the epoch the reader cached at the start of try_read, so this fails
- * (docs/model.md, "What the model found"). */
-#ifdef EPOCH_CURRENT_AT_CLAIM
-#define CHECK_EPOCH_AT_CLAIM CHECK(claimed_frame_is_of_the_current_epoch, ce == epoch);
-#else
-#define CHECK_EPOCH_AT_CLAIM
-#endif
-/* After a successful claim: hold the frame if the re-check passes (ghost: from here on the
- * reader reads the payload, which must be the frame it was promised). */
+/* Hold the frame (ghost: from here on the reader reads the payload, which must be the frame it
+ * was promised, of the epoch the channel is in). */
+#define HOLD \
+  i = 0; \
+  do \
+  :: hslot[HX(i)] != 0 -> i++ \
+  :: else -> break \
+  od; \
+  hslot[HX(i)] = k + 1; hcg[HX(i)] = cg; htgen[HX(i)] = tgen[k]; \
+  hseq[HX(i)] = n; hep[HX(i)] = ce; \
+  reading[k] = reading[k] | (1 << r); \
+  SAY("R%d: holds seq %d in slot %d:", r, n, k); print_slots(); \
+  held++; got = 1; i = 0; \
+  CHECK(held_frame_is_the_published_one, payseq[k] == n && payep[k] == ce && pubep[n] == ce); \
+  CHECK(claimed_frame_is_of_the_current_epoch, ce == epoch)
+
+/* After a successful claim: the re-check (R4). With EPOCH_RECHECK (reader.cpp now) a frame that
+ * passes it is held only after one more load of the producer's lease word shows that the epoch
+ * the reader cached at the start of try_read is still the channel's epoch; EPOCH_RECHECK=0 is the
+ * earlier reader, which held it at once (refuted: claimed_frame_is_of_the_current_epoch). */
+#define NOT_IT SAY("R%d: claimed slot %d for seq %d, but it holds seq %d:", r, k, n, dseq[k]); \
+               print_slots()
+#if EPOCH_RECHECK
 #define RECHECK_AND_HOLD \
   if \
-  :: RECHECK -> \
-     i = 0; \
-     do \
-     :: hslot[HX(i)] != 0 -> i++ \
-     :: else -> break \
-     od; \
-     hslot[HX(i)] = k + 1; hcg[HX(i)] = cg; htgen[HX(i)] = tgen[k]; \
-     hseq[HX(i)] = n; hep[HX(i)] = ce; \
-     reading[k] = reading[k] | (1 << r); \
-     SAY("R%d: holds seq %d in slot %d:", r, n, k); print_slots(); \
-     held++; got = 1; i = 0; \
-     CHECK(held_frame_is_the_published_one, payseq[k] == n && payep[k] == ce && pubep[n] == ce); \
-     CHECK_EPOCH_AT_CLAIM \
-  :: else -> SAY("R%d: claimed slot %d for seq %d, but it holds seq %d:", r, k, n, dseq[k]); \
-     print_slots() \
+  :: RECHECK -> ok = 1 \
+  :: else -> NOT_IT \
   fi
+#define EPOCH_RECHECK_STEP \
+  if \
+  :: ok -> \
+     LOAD(if \
+          :: epoch == ce -> HOLD \
+          :: else -> SAY("R%d: the epoch changed: gives seq %d back\n", r, n) \
+          fi; \
+          ok = 0) \
+  :: else \
+  fi
+#else
+#define RECHECK_AND_HOLD \
+  if \
+  :: RECHECK -> HOLD \
+  :: else -> NOT_IT \
+  fi
+#define EPOCH_RECHECK_STEP skip
+#endif
 
 /* (R1) head, the target under the reader's policy (sequential: the next sequence, but no
  * further back than the log reaches; latest: head), and (R2) its log entry. The two loads are
@@ -553,6 +650,7 @@ done:
 #endif
 #define READ_FRAME \
   CLAIM; \
+  EPOCH_RECHECK_STEP; \
   if \
   :: rc == OK && !got -> \
      STEP(if \
@@ -566,7 +664,7 @@ done:
 
 proctype Reader(byte r) {
   byte dl, lives, e, n, k, j, h, last, cg, ce, rc, i, x, e2, held, bitv, pass;
-  bit seqp, got;
+  bit seqp, got, ok;
   dl = ((RDIEMASK >> r) & 1) * RDIE;
   seqp = (SEQMASK >> r) & 1;
 life:
@@ -603,6 +701,9 @@ life:
   LOAD(ce = epoch; h = head; last = (h > 0 -> h - 1 : 0); h = 0);  /* (epoch is constant) */
 #endif
 
+#if READERS_WAIT > 0
+  head >= READERS_WAIT;                          /* a slow reader: the producer runs ahead */
+#endif
   /* ---- run: read, release, detach. No separate death option is needed while waiting: the
    * first action of every option below is a STEP (or loads leading to one). */
   do

@@ -196,15 +196,19 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
     // without new publications a reader walks at most the publication log, so there are at most
     // max_readers * (log_size + 1) such claims: scanning that many more times keeps the sizing
     // rule's promise. Normally the first pass succeeds.
-    // A pass that sees exactly the words of the previous one ends the search: no slot can have
-    // been free in between, because no reader re-claims a frame it has read.
+    // Where the sizing rule does not hold (no promise is made), a pass that sees exactly the
+    // words of the previous one ends the search, so an undersized channel fails fast. Not where
+    // it holds: a scan is no snapshot, and a lagging reader can make two passes see the same
+    // words (the model refutes that early end: docs/model.md, finding 1).
+    const bool sizing_holds = std::uint64_t{view.geo.slots} >=
+                              std::uint64_t{view.geo.max_readers} * view.geo.max_held + 2;
     const std::uint64_t passes =
         std::uint64_t{view.geo.max_readers} * (std::uint64_t{view.geo.log_size} + 1) + 1;
     std::uint64_t previous = 0;
     for (std::uint64_t pass = 0; i == UINT32_MAX && pass < passes; ++pass) {
       std::uint64_t seen = 0;
       i = find_free(true, &seen);
-      if (i == UINT32_MAX && pass > 0 && seen == previous) break;
+      if (i == UINT32_MAX && !sizing_holds && pass > 0 && seen == previous) break;
       previous = seen;
     }
   }
