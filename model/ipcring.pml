@@ -119,19 +119,20 @@
 #define PERIODIC_REAP 0  /* 1: any loan may start with a reap (the reap period elapsed) */
 #endif
 #ifndef LOAN_POLICY
-#define LOAN_POLICY 4
+#define LOAN_POLICY 5
 #endif
 /* LOAN_POLICY 1: as briefed: scan (skipping the newest slot), reap, scan once more, fail.
  * LOAN_POLICY 2: the first src/producer.cpp: scan, reap, scan, then one scan that may take the
  *                newest slot, fail.
  * LOAN_POLICY 3: scan, reap, scan, then scans that may take the newest slot, LOAN_MAXPASS scans
  *                in all, fail.
- * LOAN_POLICY 4: an earlier src/producer.cpp: scan, reap, scan, then up to LOAN_LOOP scans that may take
- *                the newest slot, each recording the words of the busy slots it saw; a scan that
- *                saw exactly the previous scan's words ends the search (fail). Refuted: a lagging
- *                sequential reader repeats the same words (docs/model.md, finding 1).
- * LOAN_POLICY 5: src/producer.cpp now: 4, but the early end only where the sizing rule does not hold (the
- *                fix): where it holds, all LOAN_LOOP scans. */
+ * LOAN_POLICY 4: an earlier src/producer.cpp: scan, reap, scan, then up to LOAN_LOOP scans that
+ *                may take the newest slot, each recording the words of the busy slots it saw; a
+ *                scan that saw exactly the previous scan's words ends the search (fail).
+ *                Refuted: a lagging sequential reader repeats the same words (docs/model.md,
+ *                finding 1).
+ * LOAN_POLICY 5: src/producer.cpp now: 4, but the early end only where the sizing rule does not
+ *                hold; where it holds, all LOAN_LOOP scans. */
 #ifndef LOAN_MAXPASS
 #define LOAN_MAXPASS 8
 #endif
@@ -522,7 +523,8 @@ proctype Producer(byte me) {
      :: else ->
         /* The loan. W is set: (a) nobody may be reading the slot while we write it. */
         STEP(k = cand; last = k; cand = NOSLOT; hs = (hs == k -> NOSLOT : hs);
-             CHECK(no_reader_on_written_slot, reading[k] == 0 && smask[k] == 0); dseq[k] = 0; payseq[k] = 0; payep[k] = 0);
+             CHECK(no_reader_on_written_slot, reading[k] == 0 && smask[k] == 0);
+             dseq[k] = 0; payseq[k] = 0; payep[k] = 0);
         if
         :: drops > 0 ->
            /* unclaim: (g, W, 0) -> (g, !W, 0) */

@@ -191,7 +191,7 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
     i = find_free(false);
     // A scan is not atomic: readers can release a slot behind it and claim one ahead of it, so
     // a pass can see every slot busy although one was free at every instant (the model finds
-    // this with three readers; model/ipcring.pml, case loan-cpp-three-readers). Each further
+    // this with three readers; model/ipcring.pml, case loan-three-scans-three-readers). Each further
     // failing pass needs a reader to claim (perhaps only transiently) a frame it had not read;
     // without new publications a reader walks at most the publication log, so there are at most
     // max_readers * (log_size + 1) such claims: scanning that many more times keeps the sizing
