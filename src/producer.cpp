@@ -191,10 +191,10 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
     i = find_free(false);
     // A scan is not atomic: readers can release a slot behind it and claim one ahead of it, so
     // a pass can see every slot busy although one was free at every instant (the model finds
-    // this with three readers; model/ipcring.pml, case loan-three-scans-three-readers). Each further
-    // failing pass needs a reader to claim (perhaps only transiently) a frame it had not read;
-    // without new publications a reader walks at most the publication log, so there are at most
-    // max_readers * (log_size + 1) such claims: scanning that many more times keeps the sizing
+    // this with three readers; model/ipcring.pml, case loan-three-scans-three-readers). Each
+    // further failing pass needs a reader to claim (perhaps only transiently) a frame it had not
+    // read; without new publications a reader walks at most the publication log, so there are at
+    // most max_readers * (log_size + 1) such claims: scanning that many more times keeps the sizing
     // rule's promise. Normally the first pass succeeds.
     // Where the sizing rule does not hold (no promise is made), a pass that sees exactly the
     // words of the previous one ends the search, so an undersized channel fails fast. Not where
