@@ -115,6 +115,7 @@ class Exporter {
           said = true;
         }
       }
+      poll_matches();  // subscribers come and go while we wait too
       std::this_thread::sleep_for(milliseconds(50));
     }
     return false;
