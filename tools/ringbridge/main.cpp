@@ -4,6 +4,7 @@
 //                          [--encoding E] [--frame-id F]] [--policy latest|sequential]
 //   ringbridge import T --channel NAME [--slots N] [--frame-bytes B] [--reliable|--best-effort]
 //                       [--ros2]
+//   ringbridge config [--interface IF]   the CYCLONEDDS_URI it uses when none is set
 //
 // Exit status: 0 ok (also when stopped by SIGINT/SIGTERM), 1 runtime error, 2 usage error.
 // The summary goes to stdout, events and diagnostics to stderr. docs/bridge.md is the manual.
@@ -132,6 +133,11 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   add_common(im, ci);
 
+  std::string config_interface;
+  auto* cf = app.add_subcommand(
+      "config", "Print the Cyclone DDS configuration used when CYCLONEDDS_URI is unset");
+  cf->add_option("--interface", config_interface, "As for export and import");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -139,6 +145,10 @@ int run(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
 
+  if (cf->parsed()) {
+    std::printf("%s\n", ipcring::bridge::default_cyclone_config(config_interface).c_str());
+    return kExitOk;
+  }
   ipcring::tools::install_stop_handlers();
   if (ex->parsed()) {
     if (eo.topic.empty()) eo.topic = eo.channel;
