@@ -252,7 +252,8 @@ TEST_CASE("--ros2: a C subscriber of sensor_msgs/msg/Image decodes the exported 
                n, {"--ros2", "--width", std::to_string(kWidth), "--height", std::to_string(kHeight),
                    "--encoding", "rgb8", "--frame-id", "camera_optical"}),
            n.log("export"));
-  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  // The C program has two readers (typed, and serialised for the hand decoding).
+  REQUIRE_MESSAGE(exp.wait_for_output("2 subscriber(s) matched", true, 30s), exp.describe());
   Proc pub(ringpub_args(n, std::to_string(kWidth * kHeight * 3), {"--rate", "100"}),
            n.log("ringpub"));
   const int rc = csub.wait_exit(60s);
@@ -260,7 +261,10 @@ TEST_CASE("--ros2: a C subscriber of sensor_msgs/msg/Image decodes the exported 
   INFO(exp.describe());
   CHECK(rc == 0);
   const std::string out = csub.out();
-  CHECK(out.find("images good=20 bad=0") != std::string::npos);
+  CHECK(out.find("images good=20 bad=0; hand-decoded CDR good=") != std::string::npos);
+  CHECK(out.find("CDR good=0") == std::string::npos);
+  CHECK(out.find(" bad=0\n") != std::string::npos);
+  CHECK(out.find("cdr ") != std::string::npos);
   CHECK(out.find("image width=64 height=48 encoding=rgb8 step=192 is_bigendian=0 "
                  "frame_id=camera_optical") != std::string::npos);
   CHECK(pub.terminate() == 0);
@@ -275,7 +279,7 @@ TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
   REQUIRE_MESSAGE(csub.wait_for_output("subscribed", false, 20s), csub.describe());
   Proc exp(export_args(n, {"--ros2", "--width", "64", "--height", "48", "--encoding", "rgb8"}),
            n.log("export"));
-  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  REQUIRE_MESSAGE(exp.wait_for_output("2 subscriber(s) matched", true, 30s), exp.describe());
   Proc pub(ringpub_args(n, "4096", {"--rate", "200", "--count", "50"}), n.log("ringpub"));
   REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
   CHECK(csub.wait_exit(20s) == 1);  // got nothing
