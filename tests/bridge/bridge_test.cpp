@@ -333,7 +333,7 @@ TEST_CASE("check_frame_sample: oversized and malformed samples are refused") {
 
 TEST_CASE("check_image_sample: step, height and data length must agree") {
   using namespace ipcring::bridge;
-  std::vector<std::uint8_t> data(4 * 3 * 2, 0);
+  std::vector<std::uint8_t> data(std::size_t{4} * 3 * 2, 0);
   char enc[] = "rgb8";
   sensor_msgs_msg_dds__Image_ m{};
   m.width = 4;
@@ -356,7 +356,7 @@ TEST_CASE("check_image_sample: step, height and data length must agree") {
 
 TEST_CASE("fill_image_sample: only frames of exactly height * width * bytes per pixel") {
   using namespace ipcring::bridge;
-  std::vector<std::byte> bytes(64 * 48 * 3);
+  std::vector<std::byte> bytes(std::size_t{64} * 48 * 3);
   FrameView f{bytes, {}, 5, 1, 123};
   ImageFormat fmt{"rgb8", 64, 48};
   const std::string id = "cam";
