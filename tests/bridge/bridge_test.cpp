@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bridge_util.hpp"
+#include "dds.hpp"
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 #include "wire.hpp"
@@ -288,6 +289,65 @@ TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
   CHECK(field(exp.out(), "sent") == 0);
   CHECK(field(exp.out(), "not_image") == field(exp.out(), "read"));
   CHECK(field(exp.out(), "read") > 0);
+}
+
+TEST_CASE("import: malformed and oversized samples written straight to DDS are counted") {
+  // A hostile or buggy writer of the ipcring frame type, in this process.
+  Names n("hst");
+  Proc imp(import_args(n, {"--frame-bytes", "1024"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  const auto domain = static_cast<dds_domainid_t>(std::stoul(n.domain));
+  const std::string config = ipcring::bridge::default_cyclone_config("lo");
+  ipcring::bridge::Entity dom(dds_create_domain(domain, config.c_str()));
+  REQUIRE(dom.get() > 0);
+  ipcring::bridge::Entity pp(dds_create_participant(domain, nullptr, nullptr));
+  REQUIRE(pp.get() > 0);
+  ipcring::bridge::DdsOptions o;
+  o.keep_all = true;
+  dds_qos_t* qos = ipcring::bridge::make_qos(o);
+  const dds_entity_t topic =
+      dds_create_topic(pp.get(), &ipcring_bridge_Frame_desc, n.topic.c_str(), nullptr, nullptr);
+  const dds_entity_t writer = dds_create_writer(pp.get(), topic, qos, nullptr);
+  dds_delete_qos(qos);
+  REQUIRE(writer > 0);
+  REQUIRE(wait_until(
+      [&] {
+        dds_publication_matched_status_t st{};
+        return dds_get_publication_matched_status(writer, &st) >= 0 && st.current_count == 1;
+      },
+      30s));
+  std::vector<std::uint8_t> payload(2048);
+  ipcring::pattern::fill(reinterpret_cast<std::byte*>(payload.data()), payload.size(), 1);
+  ipcring_bridge_Frame s{};
+  std::strcpy(s.channel, "hostile");
+  s.producer_epoch = 1;
+  s.data._buffer = payload.data();
+  s.data._release = false;
+  // 1. a tensor description with 9 dimensions
+  s.sequence_number = 1;
+  s.has_tensor = true;
+  s.tensor.ndim = 9;
+  s.data._length = s.data._maximum = 512;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  // 2. a payload larger than the channel's frames
+  s.sequence_number = 2;
+  s.has_tensor = false;
+  s.tensor.ndim = 0;
+  s.data._length = s.data._maximum = 2048;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  // 3. a good one
+  s.sequence_number = 3;
+  s.data._length = s.data._maximum = 1024;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  REQUIRE(wait_until([&] { return published(n.b) >= 1; }, 20s));
+  std::this_thread::sleep_for(200ms);
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(imp.describe());
+  const std::string out = imp.out();
+  CHECK(field(out, "received") == 3);
+  CHECK(field(out, "bad") == 1);
+  CHECK(field(out, "too_large") == 1);
+  CHECK(field(out, "published") == 1);
 }
 
 TEST_CASE("usage errors exit 2, --version 0, a missing channel with --wait exits 1") {
