@@ -79,7 +79,7 @@ std::vector<std::string> ringsub_args(const Names& n) {
 
 std::vector<std::string> ringpub_args(const Names& n, const std::string& bytes,
                                       std::vector<std::string> extra) {
-  std::vector<std::string> v{RINGPUB_PATH, n.a, "--frame-bytes", bytes, "--slots", "16"};
+  std::vector<std::string> v{RINGPUB_PATH, n.a, "--frame-bytes", bytes};
   v.insert(v.end(), extra.begin(), extra.end());
   return v;
 }
@@ -121,7 +121,9 @@ bool readers_caught_up(const std::string& name) {
 
 TEST_CASE("reliable: every frame the export reads arrives in B with its pattern intact") {
   Names n("rel");
-  Proc imp(import_args(n, {"--frame-bytes", "65536"}), n.log("import"));
+  // Sequential readers on both sides: 32 slots give each a few hundred ms of slack on a loaded
+  // machine before an overrun would show up as a gap.
+  Proc imp(import_args(n, {"--frame-bytes", "65536", "--slots", "32"}), n.log("import"));
   REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
   Proc sub(ringsub_args(n), n.log("ringsub"));
   Proc exp(export_args(n), n.log("export"));
@@ -129,7 +131,8 @@ TEST_CASE("reliable: every frame the export reads arrives in B with its pattern 
   // so that the export misses as few of its first frames as possible (it attaches by polling).
   REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
   REQUIRE_MESSAGE(exp.wait_for_output("waiting for the channel", true, 10s), exp.describe());
-  Proc pub(ringpub_args(n, "65536", {"--rate", "300", "--count", "600"}), n.log("ringpub"));
+  Proc pub(ringpub_args(n, "65536", {"--rate", "200", "--count", "400", "--slots", "32"}),
+           n.log("ringpub"));
 
   // While it runs: the export never holds more frames of A than A's max_held.
   std::uint64_t samples = 0;
@@ -152,14 +155,14 @@ TEST_CASE("reliable: every frame the export reads arrives in B with its pattern 
   INFO(exp.describe());
   REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
   REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());  // rc 0: no corrupt frame
   REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
-  REQUIRE_MESSAGE(sub.wait_exit(20s) == 0, sub.describe());  // B closed: ringsub ends, rc 0
   const std::string iout = imp.out();
   const std::string sout = sub.out();
   INFO(imp.describe());
   INFO(sub.describe());
   INFO(pub.describe());
-  CHECK(sent > 500);  // all but the few published before the export attached
+  CHECK(sent > 200);  // all but those published before the export attached (it polls)
   CHECK(field(eout, "overruns") == 0);
   CHECK(field(eout, "write_errors") == 0);
   CHECK(field(iout, "published") == sent);
@@ -169,7 +172,7 @@ TEST_CASE("reliable: every frame the export reads arrives in B with its pattern 
   CHECK(field(sout, "frames") == sent);
   CHECK(field(sout, "corrupt") == 0);
   CHECK(field(sout, "origin_gaps") == 0);
-  CHECK(field(sout, "last_sequence") <= 600);
+  CHECK(field(sout, "last_sequence") <= 400);
 }
 
 TEST_CASE("bridge killed and restarted mid-stream resumes; producer restart is followed") {
@@ -206,8 +209,8 @@ TEST_CASE("bridge killed and restarted mid-stream resumes; producer restart is f
   REQUIRE_MESSAGE(exp->terminate() == 0, exp->describe());
   const std::uint64_t sent = field(exp->out(), "sent");
   REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());
   REQUIRE_MESSAGE(imp->terminate() == 0, imp->describe());
-  REQUIRE_MESSAGE(sub.wait_exit(20s) == 0, sub.describe());
   const std::string sout = sub.out();
   INFO(exp->describe());
   INFO(imp->describe());
@@ -231,8 +234,13 @@ TEST_CASE("samples larger than the channel's frames are counted and dropped") {
   REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
   REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
   const std::uint64_t sent = field(exp.out(), "sent");
-  REQUIRE(wait_until([&] { return imp.err().find("too_large") != std::string::npos; }, 10s));
-  std::this_thread::sleep_for(300ms);  // let the rest arrive (reliable: all of them)
+  const auto drops = [&] {
+    const std::string e = imp.err();
+    std::uint64_t k = 0;
+    for (auto p = e.find("too_large"); p != std::string::npos; p = e.find("too_large", p + 1)) ++k;
+    return k;
+  };
+  REQUIRE(wait_until([&] { return drops() >= sent; }, 20s));  // reliable: all of them arrive
   REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
   INFO(exp.describe());
   INFO(imp.describe());
@@ -275,7 +283,7 @@ TEST_CASE("--ros2: a C subscriber of sensor_msgs/msg/Image decodes the exported 
 
 TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
   Names n("nim");
-  Proc csub({ROS2_IMAGE_SUB_PATH, "rt/" + n.topic, "1", "3", n.domain, "64", "48", "rgb8", "x"},
+  Proc csub({ROS2_IMAGE_SUB_PATH, "rt/" + n.topic, "1", "60", n.domain, "64", "48", "rgb8", "x"},
             n.log("csub"), kLoopbackEnv);
   REQUIRE_MESSAGE(csub.wait_for_output("subscribed", false, 20s), csub.describe());
   Proc exp(export_args(n, {"--ros2", "--width", "64", "--height", "48", "--encoding", "rgb8"}),
@@ -283,9 +291,11 @@ TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
   REQUIRE_MESSAGE(exp.wait_for_output("2 subscriber(s) matched", true, 30s), exp.describe());
   Proc pub(ringpub_args(n, "4096", {"--rate", "200", "--count", "50"}), n.log("ringpub"));
   REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
-  CHECK(csub.wait_exit(20s) == 1);  // got nothing
   REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
   INFO(exp.describe());
+  INFO(csub.describe());
+  CHECK(csub.out().find("image width") == std::string::npos);  // got nothing
+  csub.kill9();
   CHECK(field(exp.out(), "sent") == 0);
   CHECK(field(exp.out(), "not_image") == field(exp.out(), "read"));
   CHECK(field(exp.out(), "read") > 0);
