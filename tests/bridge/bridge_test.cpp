@@ -281,6 +281,35 @@ TEST_CASE("--ros2: a C subscriber of sensor_msgs/msg/Image decodes the exported 
   CHECK(field(exp.out(), "not_image") == 0);
 }
 
+TEST_CASE("--ros2 both ways: images exported and imported arrive intact in B") {
+  Names n("r2r");
+  // ROS 2's reliable profile is keep-last: a depth above the frame count keeps every frame.
+  Proc imp(import_args(n, {"--ros2", "--reliable", "--depth", "256", "--frame-bytes", "9216"}),
+           n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc sub(ringsub_args(n), n.log("ringsub"));
+  Proc exp(export_args(n, {"--ros2", "--reliable", "--depth", "256", "--width", "64", "--height",
+                           "48", "--encoding", "rgb8"}),
+           n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub(ringpub_args(n, "9216", {"--rate", "200", "--count", "200"}), n.log("ringpub"));
+  REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::uint64_t sent = field(exp.out(), "sent");
+  REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
+  REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(exp.describe());
+  INFO(imp.describe());
+  INFO(sub.describe());
+  CHECK(sent > 0);
+  CHECK(field(imp.out(), "published") == sent);
+  CHECK(field(imp.out(), "bad") == 0);
+  CHECK(field(sub.out(), "frames") == sent);
+  CHECK(field(sub.out(), "corrupt") == 0);
+}
+
 TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
   Names n("nim");
   Proc csub({ROS2_IMAGE_SUB_PATH, "rt/" + n.topic, "1", "60", n.domain, "64", "48", "rgb8", "x"},
