@@ -3,7 +3,8 @@
 // The bridge is the channel's producer, like any other: local readers attach by name and read
 // the frames zero-copy. Each sample is checked (wire.hpp) before anything is loaned: a sample
 // larger than the channel's frames, or with impossible metadata or tensor fields, is counted and
-// dropped. Samples are taken as loans from Cyclone (no copy) and copied once, into the loan.
+// dropped. Cyclone deserialises each sample into memory it lends us (dds_take with loans); the
+// bridge copies it once more, into the channel's loan.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
