@@ -224,6 +224,29 @@ TEST_CASE("bridge killed and restarted mid-stream resumes; producer restart is f
   CHECK(field(sout, "last_sequence") > head_at_restart + 100);
 }
 
+TEST_CASE("a producer that closes its channel and creates it again at once is followed") {
+  Names n("cln");
+  Proc imp(import_args(n, {"--frame-bytes", "4096"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc exp(export_args(n), n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub1(ringpub_args(n, "4096", {"--rate", "200", "--count", "100"}), n.log("pub1"));
+  REQUIRE_MESSAGE(pub1.wait_exit(30s) == 0, pub1.describe());
+  // The same name again, right away: a new channel (new creation time, sequences from 1).
+  Proc pub2(ringpub_args(n, "4096", {"--rate", "200", "--count", "300"}), n.log("pub2"));
+  REQUIRE_MESSAGE(pub2.wait_exit(30s) == 0, pub2.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::uint64_t sent = field(exp.out(), "sent");
+  REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(exp.describe());
+  INFO(imp.describe());
+  CHECK(field(exp.out(), "reattached") >= 1);
+  CHECK(sent > 150);  // the second channel's frames went out too
+  CHECK(field(imp.out(), "published") == sent);
+  CHECK(field(imp.out(), "source_restarts") >= 1);  // its sequence numbers started again
+}
+
 TEST_CASE("samples larger than the channel's frames are counted and dropped") {
   Names n("big");
   Proc imp(import_args(n, {"--frame-bytes", "4096"}), n.log("import"));

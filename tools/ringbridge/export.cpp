@@ -1,9 +1,12 @@
 // export.cpp — ringbridge export: read a channel, write each frame as one DDS sample.
 //
-// The Reader follows its channel as any reader does; on producer_gone it keeps reading while the
-// channel exists (a new producer takes it over) and re-attaches by name, waiting, once the
-// channel is gone. It holds one frame at a time: the frame is released as soon as dds_write has
-// serialised it.
+// On producer_gone the exporter drops its Reader and attaches by name again, waiting for the
+// channel if need be: that finds a producer that took the channel over (new epoch) as well as a
+// channel removed and created anew under the same name (whose objects a Reader of the old one
+// would never see). Frames of an ended epoch are never returned by any Reader, so nothing is
+// lost by re-attaching. When no frame came for a second, the exporter also checks that the
+// channel under its name is still the one it attached to (creation time in inspect()). It holds one
+// frame at a time: the frame is released as soon as dds_write has serialised it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -97,6 +100,7 @@ class Exporter {
                        static_cast<unsigned long long>(reader_->epoch()), reader_->frame_bytes());
         }
         idle_since_ = steady_clock::now();
+        attached_created_ = created_ns();
         return true;
       } catch (const Error& e) {
         const bool not_yet = e.code() == Errc::not_found || e.code() == Errc::not_ready;
@@ -121,6 +125,20 @@ class Exporter {
     return false;
   }
 
+  // Creation time of the channel now under our name (0: none, or it cannot be inspected).
+  std::uint64_t created_ns() const {
+    try {
+      return inspect(o_.channel).created_unix_ns;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+
+  // False when the channel we attached to was removed (and perhaps created anew).
+  bool still_ours() const {
+    return channel_listed(o_.channel) && created_ns() == attached_created_;
+  }
+
   void reattach() {
     stats_.overruns += reader_->overruns();
     reader_.reset();  // frees our reader entry before we take a new one
@@ -137,7 +155,7 @@ class Exporter {
         // it now and then, and follow it by name when it is gone.
         if (steady_clock::now() - idle_since_ > seconds(1)) {
           idle_since_ = steady_clock::now();
-          if (!channel_listed(o_.channel)) reattach();
+          if (!still_ours()) reattach();
         }
         return !tools::stop_requested();
       case Status::producer_gone:
@@ -145,7 +163,8 @@ class Exporter {
         if (!o_.quiet) {
           std::fprintf(stderr, "ringbridge export %s: producer gone\n", o_.channel.c_str());
         }
-        if (!channel_listed(o_.channel)) reattach();
+        std::this_thread::sleep_for(milliseconds(20));  // paces re-attaching to a closed channel
+        reattach();
         return !tools::stop_requested();
       default:
         // evicted (reaped or repaired), forked, backend error: a fresh Reader is the way out.
@@ -239,6 +258,7 @@ class Exporter {
   dds_entity_t writer_ = 0;
   std::uint32_t matched_ = 0;
   std::optional<Reader> reader_;
+  std::uint64_t attached_created_ = 0;
   ExportStats stats_;
   steady_clock::time_point start_;
   steady_clock::time_point idle_since_;
