@@ -1,11 +1,14 @@
 // export.cpp — ringbridge export: read a channel, write each frame as one DDS sample.
 //
-// On producer_gone the exporter drops its Reader and attaches by name again, waiting for the
-// channel if need be: that finds a producer that took the channel over (new epoch) as well as a
-// channel removed and created anew under the same name (whose objects a Reader of the old one
-// would never see). Frames of an ended epoch are never returned by any Reader, so nothing is
-// lost by re-attaching. When no frame came for a second, the exporter also checks that the
-// channel under its name is still the one it attached to (creation time in inspect()). It holds one
+// A channel is told apart from a later one of the same name by its creation time (inspect()).
+// While the channel under the name is the one the Reader attached to, the Reader follows it as
+// any reader does: a producer that takes a crashed one's channel over (new epoch) gives
+// producer_gone once, then its frames. When the name is gone, or names a channel created anew
+// (whose objects the Reader would never see), the exporter drops its Reader and attaches by name
+// again, waiting. It looks after every producer_gone, then at every empty read until a frame
+// comes, and otherwise after a second without frames. A frame already sent (same channel, epoch
+// and sequence or older, as a new Reader of the same channel may return its newest frame again)
+// is skipped and counted as a duplicate. It holds one
 // frame at a time: the frame is released as soon as dds_write has serialised it.
 #include <algorithm>
 #include <chrono>
@@ -37,6 +40,7 @@ struct ExportStats {
   std::uint64_t overruns = 0;        // sequential policy: frames the channel overwrote unread
   std::uint64_t producer_gone = 0;
   std::uint64_t reattached = 0;
+  std::uint64_t duplicates = 0;  // frames read again after a re-attach (not sent twice)
 };
 
 class Exporter {
@@ -75,8 +79,17 @@ class Exporter {
         continue;
       }
       idle_since_ = steady_clock::now();
+      suspect_ = false;
       ++stats_.read;
-      send(*f);
+      if (sent_created_ == attached_created_ && f->epoch() == sent_epoch_ &&
+          f->sequence() <= sent_sequence_) {
+        ++stats_.duplicates;
+      } else {
+        sent_created_ = attached_created_;
+        sent_epoch_ = f->epoch();
+        sent_sequence_ = f->sequence();
+        send(*f);
+      }
       f->release();
     }
     if (reader_) stats_.overruns += reader_->overruns();
@@ -93,14 +106,23 @@ class Exporter {
     bool said = false;
     while (!tools::stop_requested()) {
       try {
+        // The creation time before and after the attach: equal, the Reader is on that channel.
+        const std::uint64_t before = created_ns();
         reader_.emplace(Reader::attach(o_.channel, ro));
+        const std::uint64_t after = created_ns();
+        if (before != after) {  // replaced meanwhile: once more
+          reader_.reset();
+          std::this_thread::sleep_for(milliseconds(10));
+          continue;
+        }
+        attached_created_ = after;
+        suspect_ = false;
         if (!o_.quiet) {
           std::fprintf(stderr, "ringbridge export %s: %s (epoch %llu, %zu-byte frames)\n",
                        o_.channel.c_str(), first ? "attached" : "re-attached",
                        static_cast<unsigned long long>(reader_->epoch()), reader_->frame_bytes());
         }
         idle_since_ = steady_clock::now();
-        attached_created_ = created_ns();
         return true;
       } catch (const Error& e) {
         const bool not_yet = e.code() == Errc::not_found || e.code() == Errc::not_ready;
@@ -152,8 +174,8 @@ class Exporter {
       case Status::timeout:
       case Status::no_frame:
         // A channel removed while we waited (its producer closed it) yields no frames: look for
-        // it now and then, and follow it by name when it is gone.
-        if (steady_clock::now() - idle_since_ > seconds(1)) {
+        // it now and then, and follow it by name when it is gone or replaced.
+        if (suspect_ || steady_clock::now() - idle_since_ > seconds(1)) {
           idle_since_ = steady_clock::now();
           if (!still_ours()) reattach();
         }
@@ -163,8 +185,8 @@ class Exporter {
         if (!o_.quiet) {
           std::fprintf(stderr, "ringbridge export %s: producer gone\n", o_.channel.c_str());
         }
-        std::this_thread::sleep_for(milliseconds(20));  // paces re-attaching to a closed channel
-        reattach();
+        suspect_ = true;  // closed (soon removed, perhaps re-created) or taken over: watch
+        if (!still_ours()) reattach();
         return !tools::stop_requested();
       default:
         // evicted (reaped or repaired), forked, backend error: a fresh Reader is the way out.
@@ -237,7 +259,7 @@ class Exporter {
     std::printf(
         "ringbridge export %s -> %s: read=%llu sent=%llu unmatched=%llu not_image=%llu "
         "write_timeouts=%llu write_errors=%llu overruns=%llu producer_gone=%llu reattached=%llu "
-        "seconds=%.2f\n",
+        "duplicates=%llu seconds=%.2f\n",
         o_.channel.c_str(), dds_topic_.c_str(), static_cast<unsigned long long>(stats_.read),
         static_cast<unsigned long long>(stats_.sent),
         static_cast<unsigned long long>(stats_.unmatched),
@@ -246,7 +268,8 @@ class Exporter {
         static_cast<unsigned long long>(stats_.write_errors),
         static_cast<unsigned long long>(stats_.overruns),
         static_cast<unsigned long long>(stats_.producer_gone),
-        static_cast<unsigned long long>(stats_.reattached), secs);
+        static_cast<unsigned long long>(stats_.reattached),
+        static_cast<unsigned long long>(stats_.duplicates), secs);
     std::fflush(stdout);
     return rc;
   }
@@ -258,7 +281,11 @@ class Exporter {
   dds_entity_t writer_ = 0;
   std::uint32_t matched_ = 0;
   std::optional<Reader> reader_;
-  std::uint64_t attached_created_ = 0;
+  std::uint64_t attached_created_ = 0;  // creation time of the channel the Reader is on
+  bool suspect_ = false;                // producer_gone and no frame since
+  std::uint64_t sent_created_ = 0;      // the newest frame sent: its channel, epoch, sequence
+  std::uint64_t sent_epoch_ = 0;
+  std::uint64_t sent_sequence_ = 0;
   ExportStats stats_;
   steady_clock::time_point start_;
   steady_clock::time_point idle_since_;
