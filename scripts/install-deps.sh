@@ -9,6 +9,7 @@ core=(cmake g++ make pkg-config libboost-dev doctest-dev libbenchmark-dev libcli
 extra=(clang libclang-rt-14-dev clang-tidy spin python3-dev pybind11-dev libdlpack-dev
        python3-numpy python3-pytest python3-torch iceoryx libiceoryx-posh-dev
        libiceoryx-hoofs-dev gnuplot-nox g++-aarch64-linux-gnu qemu-user)
+extra+=(cyclonedds-dev cyclonedds-tools)  # ringbridge: Cyclone DDS, idlc, ddsperf
 want=("${core[@]}")
 [[ "${1:-}" == "--minimal" ]] || want+=("${extra[@]}")
 

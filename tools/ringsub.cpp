@@ -29,6 +29,7 @@ int run(int argc, char** argv) {
   double duration_s = 0.0;
   double wait = 5.0;
   bool quiet = false;
+  bool origin = false;
   app.add_option("name", name, "Channel name")->required();
   app.add_option("--policy", policy, "latest or sequential")
       ->check(CLI::IsMember({"latest", "sequential"}))
@@ -40,6 +41,9 @@ int run(int argc, char** argv) {
   app.add_option("--wait", wait, "Wait up to SEC seconds for the channel to appear")
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "Print only the summary");
+  app.add_flag("--origin-sequence", origin,
+               "Frames relayed from another channel (ringbridge import): verify each against the "
+               "sequence its payload was made for, which must grow; gaps are counted");
   CLI11_PARSE(app, argc, argv);
 
   ipcring::tools::install_stop_handlers();
@@ -70,6 +74,7 @@ int run(int argc, char** argv) {
                        : steady_clock::time_point::max();
   std::uint64_t frames = 0, corrupt = 0, gone = 0;
   std::uint64_t last_seq = 0;
+  std::uint64_t gaps = 0;  // --origin-sequence: frames missing between consecutive ones
   while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
     const auto now = steady_clock::now();
     if (now >= end) break;
@@ -90,9 +95,11 @@ int run(int argc, char** argv) {
       break;
     }
     ++frames;
-    const std::uint64_t seq = f->sequence();
-    bool bad = !ipcring::pattern::check(f->data(), f->size(), seq);
+    std::uint64_t seq = f->sequence();
+    bool bad = origin && !ipcring::pattern::origin_sequence(f->data(), f->size(), seq);
+    bad = bad || !ipcring::pattern::check(f->data(), f->size(), seq);
     if (seq <= last_seq) bad = true;  // sequences only grow
+    if (origin && !bad && last_seq != 0) gaps += seq - last_seq - 1;
     last_seq = seq;
     if (hold_ms > 0) std::this_thread::sleep_for(duration<double, std::milli>(hold_ms));
     if (!ipcring::pattern::check(f->data(), f->size(), seq)) bad = true;  // overwritten while held?
@@ -108,10 +115,11 @@ int run(int argc, char** argv) {
   const double secs = duration_cast<duration<double>>(steady_clock::now() - start).count();
   std::printf(
       "ringsub %s [%s, hold %.1f ms]: frames=%llu overruns=%llu corrupt=%llu last_sequence=%llu "
-      "producer_gone=%llu seconds=%.2f\n",
+      "producer_gone=%llu seconds=%.2f%s\n",
       name.c_str(), policy.c_str(), hold_ms, static_cast<unsigned long long>(frames),
       static_cast<unsigned long long>(reader->overruns()), static_cast<unsigned long long>(corrupt),
-      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs);
+      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs,
+      origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
   std::fflush(stdout);
   return corrupt != 0 ? 1 : 0;
 }
