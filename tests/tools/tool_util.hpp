@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -99,20 +100,24 @@ inline ToolResult run_tool(const std::vector<std::string>& argv,
   return r;
 }
 
+inline std::string errno_text() {
+  return std::error_code(errno, std::generic_category()).message();
+}
+
 // Why no pseudo-terminal can be had here (no /dev/ptmx, no devpts mounted, ...), or nullopt when
 // one can. Tests of terminal-only behaviour report themselves skipped with this reason.
 inline std::optional<std::string> no_terminal_reason() {
   const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  if (master < 0) return std::string("posix_openpt: ") + std::strerror(errno);
+  if (master < 0) return std::string("posix_openpt: ") + errno_text();
   std::optional<std::string> reason;
   char slave_name[128];
   if (grantpt(master) != 0 || unlockpt(master) != 0 ||
       ptsname_r(master, slave_name, sizeof slave_name) != 0) {
-    reason = std::string("grantpt/unlockpt/ptsname: ") + std::strerror(errno);
+    reason = std::string("grantpt/unlockpt/ptsname: ") + errno_text();
   } else {
     const int slave = open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (slave < 0) {
-      reason = std::string("open ") + slave_name + ": " + std::strerror(errno);
+      reason = std::string("open ") + slave_name + ": " + errno_text();
     } else {
       close(slave);
     }
@@ -132,7 +137,7 @@ inline ToolResult run_on_terminal(const std::vector<std::string>& argv,
   ToolResult r;
   int master = -1;
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  if (pid < 0) throw std::runtime_error(std::string("forkpty failed: ") + std::strerror(errno));
+  if (pid < 0) throw std::runtime_error(std::string("forkpty failed: ") + errno_text());
   if (pid == 0) {
     // The forked child is single-threaded: the environment is ours to change.
     // NOLINTBEGIN(concurrency-mt-unsafe)
