@@ -213,6 +213,22 @@ def test_reader_started_before_its_producer_waits_for_the_channel(channel):
     assert procs[0].returncode == 0
 
 
+def test_ctrl_c_interrupts_wait_for_channel(channel):
+    child = ringtest.spawn_child("waiting_reader", channel)
+    try:
+        ringtest.expect_line(child, "waiting")
+        time.sleep(0.3)  # inside Reader(): it would wait 600 s for a channel nobody creates
+        assert child.poll() is None
+        child.send_signal(signal.SIGINT)
+        ringtest.expect_line(child, "interrupted", timeout=30)
+        rc, out, err = finish(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert rc == 0, err
+
+
 def test_wait_for_channel_runs_out_with_not_found_naming_the_wait(channel):
     with pytest.raises(ipcring.NotFound) as info:
         ipcring.Reader(channel, wait_for_channel=0.05)
