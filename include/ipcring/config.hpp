@@ -43,8 +43,9 @@ struct ReaderOptions {
   // Status::producer_gone within about this time.
   std::chrono::nanoseconds producer_probe = std::chrono::milliseconds(100);
   // Reader::attach waits up to this long for the channel to exist and be ready (its producer not
-  // started yet, or still creating it), retrying every few milliseconds. 0: fail at once with
-  // Errc::not_found (or not_ready).
+  // started yet, or still creating it), retrying every few milliseconds; when the wait runs out it
+  // throws the last not_found (or not_ready), saying how long it waited. Other refusals are thrown
+  // at once. 0: fail at once. Negative: Errc::invalid_argument.
   std::chrono::nanoseconds wait_for_channel = std::chrono::nanoseconds(0);
 };
 
