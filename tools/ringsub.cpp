@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 #include "signals.hpp"
@@ -22,12 +23,13 @@ bool channel_listed(const std::string& name) {
 namespace {
 int run(int argc, char** argv) {
   CLI::App app{"ringsub: read and verify frames of an ipcring channel"};
+  ipcring::tools::apply_convention(app, "ringsub");
   std::string name;
   std::string policy = "latest";
   double hold_ms = 0.0;
   std::uint64_t count = 0;
   double duration_s = 0.0;
-  double wait = 5.0;
+  double wait_s = 5.0;
   bool quiet = false;
   bool origin = false;
   app.add_option("name", name, "Channel name")->required();
@@ -35,40 +37,36 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"latest", "sequential"}))
       ->capture_default_str();
   app.add_option("--hold-ms", hold_ms, "Hold each frame this long before releasing it")
+      ->check(ipcring::tools::non_negative())
       ->capture_default_str();
   auto* count_opt = app.add_option("--count", count, "Stop after N frames");
-  app.add_option("--duration", duration_s, "Stop after SEC seconds")->excludes(count_opt);
-  app.add_option("--wait", wait, "Wait up to SEC seconds for the channel to appear")
+  app.add_option("--duration", duration_s, "Stop after SEC seconds")
+      ->check(ipcring::tools::non_negative())
+      ->excludes(count_opt);
+  app.add_option("--wait-for-channel,--wait", wait_s,
+                 "Wait up to SEC seconds for the channel to appear (0: fail at once)")
+      ->check(ipcring::tools::non_negative(1e6))
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "Print only the summary");
   app.add_flag("--origin-sequence", origin,
                "Frames relayed from another channel (ringbridge import): verify each against the "
                "sequence its payload was made for, which must grow; gaps are counted");
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
-  ipcring::tools::install_stop_handlers();
   const auto start = steady_clock::now();
   ipcring::ReaderOptions opts;
   opts.policy =
       policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
+  opts.wait_for_channel = duration_cast<nanoseconds>(duration<double>(wait_s));
   std::optional<ipcring::Reader> reader;
-  for (;;) {
-    try {
-      reader.emplace(ipcring::Reader::attach(name, opts));
-      break;
-    } catch (const ipcring::Error& e) {
-      const bool retry =
-          e.code() == ipcring::Errc::not_found || e.code() == ipcring::Errc::not_ready;
-      if (!retry ||
-          steady_clock::now() - start >
-              duration_cast<steady_clock::duration>(duration<double>(wait)) ||
-          ipcring::tools::stop_requested()) {
-        std::fprintf(stderr, "ringsub: %s [%s]\n", e.what(), ipcring::to_string(e.code()));
-        return 2;
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
+  try {
+    reader.emplace(ipcring::Reader::attach(name, opts));
+  } catch (const ipcring::Error& e) {
+    return ipcring::tools::report("ringsub", e);
   }
+  // After attach: until then a signal's default action (ending the process) is what Ctrl-C
+  // should do, and nothing needs cleaning up.
+  ipcring::tools::install_stop_handlers();
   const auto end = duration_s > 0
                        ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
                        : steady_clock::time_point::max();
@@ -121,7 +119,7 @@ int run(int argc, char** argv) {
       static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs,
       origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
   std::fflush(stdout);
-  return corrupt != 0 ? 1 : 0;
+  return corrupt != 0 ? ipcring::tools::kExitError : ipcring::tools::kExitOk;
 }
 
 }  // namespace
@@ -130,7 +128,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
+    std::fprintf(stderr, "ringsub: %s\n", e.what());
+    return ipcring::tools::kExitError;
   }
 }
