@@ -16,6 +16,7 @@
 #include <dds/version.h>
 
 #include "bridge.hpp"
+#include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "signals.hpp"
 
@@ -23,9 +24,9 @@ namespace {
 
 using ipcring::bridge::Reliability;
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
+using ipcring::tools::kExitError;
+using ipcring::tools::kExitOk;
+using ipcring::tools::kExitUsage;
 
 std::uint32_t default_domain() {
   // Read before any thread exists.
@@ -86,9 +87,9 @@ ipcring::bridge::DdsOptions dds_options(const Common& c, bool domain_given) {
 int run(int argc, char** argv) {
   CLI::App app{"ringbridge: carry ipcring channels over Eclipse Cyclone DDS (ROS 2 on request)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("ringbridge ") + ipcring::kVersion + " (layout " +
-                                        std::to_string(ipcring::layout_version()) +
-                                        ", Cyclone DDS " DDS_VERSION ")");
+  ipcring::tools::apply_convention(app, "ringbridge");
+  app.set_version_flag(
+      "--version", ipcring::tools::version_text("ringbridge") + " (Cyclone DDS " DDS_VERSION ")");
   app.footer("Exit status: 0 ok (also after SIGINT/SIGTERM), 1 runtime error, 2 usage error.");
 
   Common ce;
@@ -138,12 +139,7 @@ int run(int argc, char** argv) {
       "config", "Print the Cyclone DDS configuration used when CYCLONEDDS_URI is unset");
   cf->add_option("--interface", config_interface, "As for export and import");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help, version or the error
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
+  if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
   if (cf->parsed()) {
     std::printf("%s\n", ipcring::bridge::default_cyclone_config(config_interface).c_str());
