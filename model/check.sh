@@ -58,7 +58,7 @@ long_cases=(
   "takeover-two-readers|pass|-DNS=3 -DMAXSEQ=2 -DNRP=2 -DPDIE=1 -DTAKEOVER=1|-w27"
   "loan-three-scans-three-readers|loan_may_fail_here|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=2|-w28|-DMEMLIM=16384"
   "loan-fixed-three-readers|pass|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=5|-w34 -k3|-DBITSTATE"
-  "trylock-probe-distinct-tids|pass|-DCOLLIDE=0 -DBROKEN_TRYLOCK_PROBE=1|-w18||lease.pml"
+  "trylock-probe-distinct-tids|pass|-DCOLLIDE=0 -DBROKEN_TRYLOCK_PROBE=1|-w27||lease.pml"
 )
 
 long=0 keep=0 jobs=2 list=0
