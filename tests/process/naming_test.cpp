@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ipcring/ipcring.hpp"
 #include "process/process_util.hpp"
@@ -40,6 +41,20 @@ std::uint64_t publish_pattern(Producer& p, std::uint64_t offset = 0) {
   REQUIRE(l);
   test::fill_pattern(l->data(), kConfig.frame_bytes, l->sequence() + offset);
   return p.publish(std::move(*l), kConfig.frame_bytes);
+}
+
+std::vector<unsigned char> file_bytes(const std::string& path) {
+  std::vector<unsigned char> bytes;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return bytes;
+  struct stat st {};
+  if (fstat(fd, &st) == 0) {
+    bytes.resize(static_cast<std::size_t>(st.st_size));
+    const ssize_t n = pread(fd, bytes.data(), bytes.size(), 0);
+    bytes.resize(n < 0 ? 0 : static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return bytes;
 }
 
 bool named(const std::string& ch) {
@@ -323,4 +338,47 @@ TEST_CASE("hostile robust-list links in a held lease: the lease is abandoned, ne
   auto r = Reader::attach(ch.name());
   publish_pattern(p);
   CHECK(r.try_read());
+}
+
+TEST_CASE("an object that is short or not backed by memory is refused before it is touched") {
+  ScopedChannel source("sparse-src");
+  auto p = Producer::create(source.name(), kConfig);
+  const std::vector<unsigned char> real = file_bytes("/dev/shm/ipcring." + source.name());
+  REQUIRE(real.size() > 8192);
+  ScopedChannel target("sparse");
+  const std::string path = "/dev/shm/ipcring." + target.name();
+  std::vector<unsigned char> header(real.begin(), real.begin() + 4096);
+  // The copy names itself after its new object, or the name check would refuse it first.
+  char* name = reinterpret_cast<char*>(header.data()) + 208;  // SegmentHeader::name
+  std::memset(name, 0, 201);
+  std::memcpy(name, target.name().data(), target.name().size());
+  SUBCASE("sparse: the header page written, the rest a hole") {
+    const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()));
+    REQUIRE(ftruncate(fd, static_cast<off_t>(real.size())) == 0);
+    close(fd);
+    try {
+      (void)inspect(target.name());
+      FAIL("a sparse object was accepted");
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == Errc::corrupt_segment);
+      CHECK(std::string(e.what()).find("backed") != std::string::npos);
+    }
+    CHECK_THROWS_AS(Reader::attach(target.name()), Error);
+  }
+  SUBCASE("short: only the header") {
+    const int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size()));
+    close(fd);
+    try {
+      (void)inspect(target.name());
+      FAIL("a short object was accepted");
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == Errc::corrupt_segment);
+    }
+  }
 }
