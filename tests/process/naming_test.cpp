@@ -68,7 +68,7 @@ TEST_CASE("a stalled creator, whenever it resumes, cannot damage the channel cre
   Shared<std::atomic<int>> outcome;  // 1: it created a channel anyway, 2: producer_exists, 3: other
   const pid_t stalled = spawn([&] {
     // Stops itself right after making its object, before the object is complete.
-    setenv("IPCRING_FAULT", "create.made:1:stop", 1);
+    setenv("IPCRING_FAULT", "create.made:1:stop", 1);  // NOLINT(concurrency-mt-unsafe): one thread
     try {
       auto p = Producer::create(ch.name(), kConfig);
       outcome->store(1);
@@ -342,7 +342,9 @@ TEST_CASE("hostile robust-list links in a held lease: the lease is abandoned, ne
 
 TEST_CASE("an object that is short or not backed by memory is refused before it is touched") {
   ScopedChannel source("sparse-src");
-  auto p = Producer::create(source.name(), kConfig);
+  ChannelConfig cfg = kConfig;
+  cfg.slots = 64;  // a control segment of several pages
+  auto p = Producer::create(source.name(), cfg);
   const std::vector<unsigned char> real = file_bytes("/dev/shm/ipcring." + source.name());
   REQUIRE(real.size() > 8192);
   ScopedChannel target("sparse");

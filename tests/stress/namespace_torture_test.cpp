@@ -172,7 +172,8 @@ int prober_role(const std::string& name, Board* board) {
     for (int k = 0; k < 2000; ++k) {
       (void)probe_one(*reinterpret_cast<detail::MutexStorage*>(bytes + 512));
       for (std::uint32_t i = 0; i < kConfig.max_readers; ++i) {
-        (void)probe_one(*reinterpret_cast<detail::MutexStorage*>(bytes + 1024 + 512 * i));
+        (void)probe_one(
+            *reinterpret_cast<detail::MutexStorage*>(bytes + 1024 + 512 * std::size_t{i}));
       }
     }
     munmap(base, 8192);
@@ -208,6 +209,7 @@ int namespace_init(void* arg) {
   if (!set_next_pid(first)) _exit(32);
   const pid_t child = fork();
   if (child == 0) {
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): the role process has one thread here
     if (!spec.fault.empty()) setenv("IPCRING_FAULT", spec.fault.c_str(), 1);
     if (getpid() != first) _exit(33);
     int code = 99;
@@ -236,7 +238,7 @@ int namespace_init(void* arg) {
 }
 
 pid_t spawn_in_namespace(Spec spec) {
-  constexpr std::size_t kStack = 256 * 1024;
+  constexpr std::size_t kStack = std::size_t{256} * 1024;
   std::vector<char> stack(kStack);
   // No CLONE_VM: the child gets a copy of our memory (the Board is MAP_SHARED) and runs only
   // system calls and fork() before the role process starts.
@@ -259,7 +261,7 @@ TEST_CASE("liveness holds across PID namespaces with colliding thread ids and ra
     MESSAGE("skipped: needs root and PID/mount namespaces");
     return;
   }
-  const char* env = std::getenv("IPCRING_NS_KILLS");
+  const char* env = std::getenv("IPCRING_NS_KILLS");  // NOLINT(concurrency-mt-unsafe)
   const long target = env != nullptr ? std::max(1L, std::strtol(env, nullptr, 10)) : 400;
   ScopedChannel ch("nsk");
   Shared<Board> board;
