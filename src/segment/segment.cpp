@@ -81,15 +81,6 @@ std::string hex32(std::uint64_t v) {
 std::string control_object_name(std::string_view channel) {
   return "ipcring." + std::string(channel);
 }
-std::string legacy_frames_object_name(std::string_view channel) {
-  return "ipcring." + std::string(channel) + ".frames";
-}
-std::string channel_of_object(std::string_view object) {
-  if (!object.starts_with("ipcring.")) return {};
-  object.remove_prefix(8);
-  if (object.empty() || object.find('.') != std::string_view::npos) return {};
-  return std::string(object);
-}
 std::string shm_path(const std::string& object_name) {
   return "/dev/shm/" + object_name;
 }

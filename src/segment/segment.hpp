@@ -31,13 +31,9 @@
 
 namespace ipcring::detail {
 
-// Every name of the library and its inverse (one home, as in a naming scheme).
+// The one name of a channel (layout 2 and earlier also had "ipcring.<channel>.frames").
 std::string control_object_name(std::string_view channel);  // "ipcring.<channel>"
 std::string shm_path(const std::string& object_name);       // "/dev/shm/<object>"
-// The channel named by a /dev/shm entry, or "" when the entry is not a channel's object.
-std::string channel_of_object(std::string_view object_name);
-// "ipcring.<channel>.frames": the second object of layout 2 and earlier (gc removes leftovers).
-std::string legacy_frames_object_name(std::string_view channel);
 
 // A mapping of one control segment, shared by every object of this process that uses it.
 class Mapping {
