@@ -39,6 +39,8 @@ std::atomic<std::uint64_t> g_fork_generation{0};
 
 class LeaseKeeper;
 std::atomic<LeaseKeeper*> g_keeper{nullptr};
+// The repair lock's process-local half: threads of this process (flock serialises processes).
+std::recursive_timed_mutex g_repair_local;
 std::once_flag g_atfork_once;
 
 void on_fork_child() noexcept {
@@ -46,6 +48,9 @@ void on_fork_child() noexcept {
   // The keeper thread did not survive fork, and its mutex may have been copied locked. Abandon it
   // (deliberately leaked: destroying it would touch that state); a fresh one starts on demand.
   g_keeper.store(nullptr, std::memory_order_relaxed);
+  // A thread of the parent may have held the repair lock's local mutex at fork: the child has one
+  // thread and no repair lock, so it starts with a fresh, unlocked mutex.
+  new (&g_repair_local) std::recursive_timed_mutex();
 }
 
 void install_atfork() {
@@ -173,10 +178,6 @@ void fault_point(const char* point) noexcept {
 
 // ---- the repair lock
 // -----------------------------------------------------------------------------
-
-namespace {
-std::recursive_timed_mutex g_repair_local;  // threads of this process; flock serialises processes
-}  // namespace
 
 RepairLock::~RepairLock() {
   release();
