@@ -386,10 +386,9 @@ OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
                                            std::to_string(size) +
                                            " bytes, smaller than its header");
   }
-  // (H2) pairs with (H1): pread reads the page the creator's release store of magic went to;
-  // the fence orders our later loads of the mapping after that read.
+  // A first look at magic in the private copy; the acquire load that orders our later loads
+  // (H2) is made through the mapping below.
   const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
   if (magic == 0) {
     throw Error(Errc::not_ready,
                 ch + "/dev/shm/" + object +
@@ -418,6 +417,13 @@ OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
     const int err = errno;
     close(fd);
     throw_system(channel, "mmap of " + std::to_string(g.segment_bytes) + " bytes", err);
+  }
+  // (H2) acquire, pairs with (H1): everything the creator wrote before magic is visible to our
+  // loads through this mapping. (The name appeared only after (H1), so magic is set.)
+  if (static_cast<SegmentHeader*>(base)->magic.load(std::memory_order_acquire) != kMagic) {
+    munmap(base, g.segment_bytes);
+    close(fd);
+    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: magic changed while opening");
   }
   auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, g.segment_bytes,
                                            st.st_dev, st.st_ino);
