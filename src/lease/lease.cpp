@@ -40,7 +40,7 @@ std::atomic<std::uint64_t> g_fork_generation{0};
 class LeaseKeeper;
 std::atomic<LeaseKeeper*> g_keeper{nullptr};
 // The repair lock's process-local half: threads of this process (flock serialises processes).
-std::recursive_timed_mutex g_repair_local;
+std::recursive_mutex g_repair_local;
 std::once_flag g_atfork_once;
 
 void on_fork_child() noexcept {
@@ -50,7 +50,7 @@ void on_fork_child() noexcept {
   g_keeper.store(nullptr, std::memory_order_relaxed);
   // A thread of the parent may have held the repair lock's local mutex at fork: the child has one
   // thread and no repair lock, so it starts with a fresh, unlocked mutex.
-  new (&g_repair_local) std::recursive_timed_mutex();
+  new (&g_repair_local) std::recursive_mutex();
 }
 
 void install_atfork() {
@@ -207,7 +207,12 @@ bool RepairLock::acquire(int object_fd, std::chrono::milliseconds wait) noexcept
   const std::uint64_t deadline =
       monotonic_ns() +
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, wait.count())) * 1'000'000ULL;
-  if (!g_repair_local.try_lock_for(wait)) return false;
+  // Polled (try_lock), like the flock below: a stalled holder must not make us wait forever.
+  while (!g_repair_local.try_lock()) {
+    if (monotonic_ns() >= deadline) return false;
+    timespec pause{0, 1'000'000};
+    nanosleep(&pause, nullptr);
+  }
   local_ = true;
   // A fresh open file description: a flock belongs to the description, so one shared with a fork
   // child (an inherited descriptor) would not exclude the child.
