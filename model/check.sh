@@ -21,7 +21,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 model="$here/ipcring.pml"
 
 # name | expectation (pass; "safety": any check but the sizing rule's must fail; or the name of the
-# check that must fail) | spin -D options | pan run options | extra pan compile options
+# check that must fail) | spin -D options | pan run options | extra pan compile options | model file
+# (default ipcring.pml; lease.pml is the lease protocol with thread ids colliding across PID
+# namespaces, see docs/model.md)
 # The default sizes are in ipcring.pml: 4 slots, 2 reader entries, 2 reader processes (one
 # latest, one sequential), max_held 1, a 4-entry log, 5 sequences, generation modulo 2.
 cases=(
@@ -43,6 +45,12 @@ cases=(
   "broken-blind-or|safety|-DBROKEN_BLIND_OR|"
   "broken-no-recheck|safety|-DBROKEN_NO_RECHECK|"
   "broken-detach-order|live_reader_keeps_lease|-DBROKEN_DETACH_ORDER -DNS=3 -DMAXSEQ=2 -DNR=1 -DNRP=2|"
+  "lease-collide|pass|-DCOLLIDE=1 -DLIVES=1|-w18||lease.pml"
+  "lease-collide-2kills|pass|-DCOLLIDE=1 -DLIVES=2|-w18||lease.pml"
+  "lease-collide-3probes|pass|-DCOLLIDE=1 -DLIVES=2 -DPROBES=3|-w18||lease.pml"
+  "broken-trylock-probe|live_owner_never_declared_dead|-DBROKEN_TRYLOCK_PROBE=1 -DDIEMASK=4|-w18||lease.pml"
+  "broken-trylock-all|live_owner_never_declared_dead|-DBROKEN_TRYLOCK_PROBE=1|-w18||lease.pml"
+  "broken-no-repair-lock|live_owner_never_declared_dead|-DNO_REPAIR_LOCK=1|-w18||lease.pml"
 )
 long_cases=(
   "reader-death-3slots|pass|-DNS=3 -DMAXSEQ=4 -DRDIE=1 -DRDIEMASK=1 -DLIVES=2|-w27"
@@ -50,6 +58,7 @@ long_cases=(
   "takeover-two-readers|pass|-DNS=3 -DMAXSEQ=2 -DNRP=2 -DPDIE=1 -DTAKEOVER=1|-w27"
   "loan-three-scans-three-readers|loan_may_fail_here|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=2|-w28|-DMEMLIM=16384"
   "loan-fixed-three-readers|pass|-DNS=5 -DNR=3 -DNRP=3 -DSEQMASK=7 -DMAXSEQ=6 -DDROPS=0 -DLOAN_POLICY=5|-w34 -k3|-DBITSTATE"
+  "trylock-probe-distinct-tids|pass|-DCOLLIDE=0 -DBROKEN_TRYLOCK_PROBE=1|-w27||lease.pml"
 )
 
 long=0 keep=0 jobs=2 list=0
@@ -82,8 +91,8 @@ if [ ${#only[@]} -gt 0 ]; then
 fi
 if [ $list -eq 1 ]; then
   for c in "${cases[@]}" "${long_cases[@]}"; do
-    IFS='|' read -r name expect defs panopts cflags <<<"$c"
-    printf '%-26s expect %-24s %s %s %s\n' "$name" "$expect" "${defs:-(defaults)}" "$panopts" "$cflags"
+    IFS='|' read -r name expect defs panopts cflags mfile <<<"$c"
+    printf '%-28s expect %-30s %s %s %s %s\n' "$name" "$expect" "${defs:-(defaults)}" "$panopts" "$cflags" "${mfile:-ipcring.pml}"
   done
   exit 0
 fi
@@ -102,7 +111,7 @@ if [ -z "$cc" ]; then
   echo "check.sh: SKIP: no C compiler found for Spin's verifier"
   exit 77
 fi
-[ -r "$model" ] || { echo "check.sh: cannot read $model" >&2; exit 1; }
+[ -r "$model" ] && [ -r "$here/lease.pml" ] || { echo "check.sh: cannot read $model or $here/lease.pml" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/ipcring-model.XXXXXX") || exit 1
 if [ $keep -eq 0 ]; then
@@ -111,7 +120,7 @@ fi
 trap 'exit 1' INT TERM
 
 echo "check.sh: $(spin -V 2>&1 | head -n 1); $("$cc" --version 2>&1 | head -n 1)"
-echo "check.sh: model $model"
+echo "check.sh: models $model, $here/lease.pml"
 
 # Verifier build: safety properties only (assertions, invalid end states), state compression,
 # a memory cap per run (two runs in parallel stay well inside 24 GiB).
@@ -120,16 +129,16 @@ pan_cflags="-O2 -DSAFETY -DCOLLAPSE -DMEMLIM=${IPCRING_MODEL_MEMLIM_MB:-6144} -D
 # run_case NAME EXPECT DEFS PANOPTS CFLAGS: verifies one configuration in $work/NAME and writes
 # $work/NAME/result (the summary line), $work/NAME/status (ok/bad) and $work/NAME/report.
 run_case() {
-  local name=$1 expect=$2 defs=$3 panopts=$4 cflags=$5
+  local name=$1 expect=$2 defs=$3 panopts=$4 cflags=$5 mfile=${6:-ipcring.pml}
   local dir="$work/$name"
   mkdir -p "$dir"
-  cp "$model" "$dir/ipcring.pml"
+  cp "$here/$mfile" "$dir/$mfile"
   (
     cd "$dir" || exit 1
     local start end secs
     start=$(date +%s.%N)
     # shellcheck disable=SC2086 # the option strings are word lists on purpose
-    if ! spin $defs -a ipcring.pml >spin.log 2>&1; then
+    if ! spin $defs -a "$mfile" >spin.log 2>&1; then
       echo "FAIL  $name: spin -a failed" >result; cat spin.log >report; echo bad >status; exit 0
     fi
     local base=$pan_cflags
@@ -184,10 +193,10 @@ run_case() {
       fi
     fi
     # The counterexample, narrated (spin replays the trail; the model's printf lines).
-    if [ -f ipcring.pml.trail ]; then
+    if [ -f "$mfile.trail" ]; then
       # shellcheck disable=SC2086
-      spin $defs -t ipcring.pml 2>&1 | tr -s ' \t' ' ' | sed 's/^ //' |
-        grep -E '^(P[12]:|R[0-9]:|process [0-9]|clears|spin: text of failed)' >trail.txt
+      spin $defs -t "$mfile" 2>&1 | tr -s ' \t' ' ' | sed 's/^ //' |
+        grep -E '^(P[0-9]|R[0-9]:|process [0-9]|clears|reaper|spin: text of failed)' >trail.txt
       { echo "    counterexample (last steps; spin -t replays it in full):"
         tail -n 24 trail.txt | sed 's/^/      /'; } >report
     elif [ "$(cat status)" = bad ]; then
@@ -200,8 +209,8 @@ echo "check.sh: ${#selected[@]} configurations, $jobs at a time"
 overall_start=$(date +%s)
 running=0
 for c in "${selected[@]}"; do
-  IFS='|' read -r name expect defs panopts cflags <<<"$c"
-  run_case "$name" "$expect" "$defs" "$panopts" "$cflags" &
+  IFS='|' read -r name expect defs panopts cflags mfile <<<"$c"
+  run_case "$name" "$expect" "$defs" "$panopts" "$cflags" "$mfile" &
   running=$((running + 1))
   if [ $running -ge "$jobs" ]; then
     wait -n

@@ -10,19 +10,11 @@
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
+#include "lease/lease.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
 namespace ipcring::detail {
-
-// Probes every reader lease of a segment and reaps the dead ones (R6 + lease cleanup). Used by the
-// producer, by attach when the table is full, and by ringdump reap. `pool` may be null.
-std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept;
-
-// Takes entry `index` for a new owner after the lease mutex was acquired: clears bits a dead
-// previous owner left, then marks it active under a new generation. Returns the new generation.
-std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
-                                std::uint64_t instance_id, ReadPolicy policy);
 
 class ProducerCore {
  public:
@@ -88,7 +80,7 @@ class ReaderCore {
   std::uint64_t instance_id = 0;
   std::uint64_t last_sequence = 0;  // newest sequence read (0: none yet)
   std::uint64_t epoch = 0;          // producer epoch last seen
-  bool gone_reported = false;       // producer_gone already returned for this epoch
+  bool gone_reported = false;       // producer_gone already returned for this epoch's end
   std::uint64_t overruns = 0;
   std::uint64_t fork_gen = 0;
   std::atomic<std::uint32_t> held{0};

@@ -40,6 +40,8 @@ const char* to_string(Errc code) noexcept {
       return "cuda_error";
     case Errc::not_ready:
       return "not_ready";
+    case Errc::no_space:
+      return "no_space";
   }
   return "unknown";
 }

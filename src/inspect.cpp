@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -36,16 +37,17 @@ std::string hex(std::uint64_t v) {
   return b;
 }
 
-// Liveness of a lease, probing only a plausible mutex. `who` names the owner in problems.
-bool probe_lease(detail::MutexStorage& storage, const std::string& who,
+// Liveness of a lease: one load of its lock word (nothing is written, so a snapshot never changes
+// what producer and readers see). `who` names the owner in problems.
+bool lease_alive(const detail::MutexStorage& storage, const std::string& who,
                  std::vector<std::string>& problems) {
   if (!detail::lease_mutex_plausible(storage)) {
     problems.push_back(who + "'s lease is not a robust process-shared mutex (kind " +
                        hex(static_cast<std::uint32_t>(detail::lease_mutex_kind(storage))) +
-                       "); not probed, counted as dead");
+                       "); counted as dead");
     return false;
   }
-  return detail::probe_alive(storage);
+  return detail::probe_lease(storage) == detail::LeaseProbe::held;
 }
 
 }  // namespace
@@ -77,7 +79,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   s.producer.epoch = LeaseWord::generation(pw);
   s.producer.closed = LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed);
   if (is_active(pw)) {
-    s.producer.alive = probe_lease(p.lease, "the producer", s.problems);
+    s.producer.alive = lease_alive(p.lease, "the producer", s.problems);
   } else if (!lease_mutex_plausible(p.lease)) {
     s.problems.push_back("the producer's lease is not a robust process-shared mutex (kind " +
                          hex(static_cast<std::uint32_t>(lease_mutex_kind(p.lease))) + ")");
@@ -90,7 +92,9 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   s.producer.readers_reaped = p.readers_reaped.load(std::memory_order_relaxed);
   s.producer.last_publish_ns = p.last_publish_ns.load(std::memory_order_relaxed);
   s.producer.started_ns = p.started_ns.load(std::memory_order_relaxed);
-  s.producer.waiters = p.waiters.load(std::memory_order_relaxed);
+  s.producer.waiters = static_cast<std::uint32_t>(
+      std::popcount(p.waiting.load(std::memory_order_relaxed) &
+                    static_cast<std::uint32_t>((1ULL << g.max_readers) - 1)));
   const std::uint8_t pstate = LeaseWord::state(pw);
   if (pstate > static_cast<std::uint8_t>(LeaseState::closed)) {
     s.problems.push_back("the producer's lease word has unknown state " + std::to_string(pstate));
@@ -102,7 +106,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
     const std::uint8_t st = LeaseWord::state(w);
     if (st == static_cast<std::uint8_t>(LeaseState::free)) {
-      // Not probed; but attach will trylock it, so a corrupt one is worth reporting.
+      // Attach will lock it, so a corrupt one is worth reporting.
       if (!lease_mutex_plausible(e.lease)) {
         s.problems.push_back("free reader entry " + std::to_string(i) +
                              "'s lease is not a robust process-shared mutex (kind " +
@@ -118,7 +122,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     active_mask |= SlotWord::bit(i);
     ReaderInfo r;
     r.index = i;
-    r.alive = probe_lease(e.lease, "reader " + std::to_string(i), s.problems);
+    r.alive = lease_alive(e.lease, "reader " + std::to_string(i), s.problems);
     r.pid = e.pid.load(std::memory_order_relaxed);
     r.generation = LeaseWord::generation(w);
     r.instance_id = e.instance_id.load(std::memory_order_relaxed);
@@ -236,7 +240,9 @@ Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view n
     throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
                                             hex(magic) + ", expected " + hex(kMagic));
   }
-  const Geometry g = validate_header(copy, size, name);
+  // An image of the control segment, or of the whole object (control segment and frame pool).
+  const bool whole = copy.object_bytes != copy.segment_bytes && size == copy.object_bytes;
+  const Geometry g = validate_header(copy, size, name, whole);
   return snapshot_view(SegmentView{base, g}, name, 0, 0);
 }
 
@@ -267,8 +273,7 @@ std::size_t reap_dead_readers(std::string_view name) {
   using namespace detail;
   OpenedSegment opened = open_segment(name);
   const SegmentView& view = opened.mapping->view;
-  // The reaper trylocks every active entry's mutex: refuse a segment where one is not a mutex we
-  // made (glibc may abort on such bytes; see lease_mutex_plausible).
+  // Say so when an active entry's mutex is not one we made: it is never judged (lease.hpp).
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
     if (is_active(e.lease_word.load(std::memory_order_acquire)) &&
@@ -290,19 +295,17 @@ std::size_t reap_dead_readers(std::string_view name) {
 bool remove_channel(std::string_view name, bool force) {
   using namespace detail;
   validate_name(name);
-  if (!force) {
-    Snapshot s;
-    try {
-      s = inspect(name);
-    } catch (const Error& e) {
-      if (e.code() == Errc::not_found) {
-        // A frames object may be left alone; remove it quietly.
-        return unlink_channel_objects(name);
-      }
-      throw Error(e.code(),
-                  std::string(e.what()) +
+  // Under the object's repair lock, on the very object the name refers to (segment.hpp): the
+  // liveness checked is that object's, and nothing can take it over or replace it meanwhile.
+  return remove_object(name, control_object_name(name), !force, [&](const RemovalCandidate& c) {
+    if (force) return;
+    if (c.opened == nullptr) {
+      throw Error(c.error->code(),
+                  std::string(c.error->what()) +
                       "; refusing to remove a channel that cannot be checked (use force)");
     }
+    const Snapshot s =
+        snapshot_view(c.opened->mapping->view, name, c.opened->owner_uid, c.opened->mode);
     std::string live;
     if (s.producer.alive) live += "producer pid " + std::to_string(s.producer.pid);
     for (const auto& r : s.readers) {
@@ -314,8 +317,7 @@ bool remove_channel(std::string_view name, bool force) {
       throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(name) + "' is in use (" +
                                           live + "); refusing to remove it");
     }
-  }
-  return unlink_channel_objects(name);
+  });
 }
 
 }  // namespace ipcring

@@ -3,7 +3,8 @@
 // Concurrency: a Producer is used by one thread at a time. It shares the segment with readers in
 // other processes through the atomics of ring.hpp (P1-P6) and the leases of lease.hpp. The
 // producer lease (the header's robust mutex) is held by this process's lease keeper thread from
-// create until the Producer is destroyed; a second producer finds it busy.
+// create until the Producer is destroyed; a second producer finds its lock word held. Probing,
+// reaping and takeover are the liveness module's (src/lease/lease.hpp).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,80 +78,11 @@ void init_segment(const SegmentView& view) {
     }
     e.lease_word.store(LeaseWord::make(0, LeaseState::free), std::memory_order_relaxed);
   }
-  // Everything else is zero: ftruncate of a new object gives zeroed pages, and zero is the empty
-  // state of every slot (generation 0, not W, mask 0, sequence 0) and log entry.
-}
-
-// Resets what a dead producer may have left mid-operation. Called with the producer lease held.
-void recover_after_producer_death(const SegmentView& view) {
-  for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
-    Slot& slot = view.slot(i);
-    std::uint64_t s = slot.state.load(std::memory_order_relaxed);
-    if (SlotWord::writing(s)) {
-      // A loan of the dead producer: no reader can hold a W slot, so nobody reads it.
-      slot.sequence.store(0, std::memory_order_relaxed);
-      slot.state.store(SlotWord::make(SlotWord::generation(s) + 1, false, 0),
-                       std::memory_order_release);
-    }
-  }
+  // Everything else is zero: a new object's pages are zeroed, and zero is the empty state of every
+  // slot (generation 0, not W, mask 0, sequence 0) and log entry.
 }
 
 }  // namespace
-
-std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept {
-  std::size_t reaped = 0;
-  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
-    ReaderEntry& e = view.reader(i);
-    // Only active entries can be dead; free ones are skipped without touching their mutex.
-    if (LeaseWord::state(e.lease_word.load(std::memory_order_acquire)) !=
-        static_cast<std::uint8_t>(LeaseState::active)) {
-      continue;
-    }
-    const TakeResult r = probe_trylock(e.lease);
-    if (r == TakeResult::busy || r == TakeResult::error) continue;  // alive (or a prober)
-    if (r == TakeResult::unrecoverable) continue;  // re-initialised; probed again next round
-    // We hold the mutex. Re-read the lease word under it: an owner that detached in between left
-    // it free; one that died (owner_died) or vanished without detaching (taken on an active word)
-    // is dead.
-    const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
-    if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
-      clear_reader_bits(view, i);  // (R6)
-      if (pool != nullptr) pool->reader_reaped(i);
-      e.held.store(0, std::memory_order_relaxed);
-      e.instance_id.store(0, std::memory_order_relaxed);
-      // (L3) release: the cleared bits are visible before the entry reads as free.
-      e.lease_word.store(LeaseWord::make(LeaseWord::generation(w) + 1, LeaseState::free),
-                         std::memory_order_release);
-      ++reaped;
-    }
-    probe_unlock(e.lease);
-  }
-  return reaped;
-}
-
-std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
-                                std::uint64_t instance_id, ReadPolicy policy) {
-  ReaderEntry& e = view.reader(index);
-  const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
-  if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
-    // The previous owner died (or vanished) without detaching: its bits are ours to clear.
-    clear_reader_bits(view, index);
-  }
-  const std::uint64_t gen = LeaseWord::generation(w) + 1;
-  e.instance_id.store(instance_id, std::memory_order_relaxed);
-  e.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
-  e.policy.store(static_cast<std::uint32_t>(policy), std::memory_order_relaxed);
-  e.attached_ns.store(monotonic_ns(), std::memory_order_relaxed);
-  e.frames_read.store(0, std::memory_order_relaxed);
-  e.overruns.store(0, std::memory_order_relaxed);
-  e.last_sequence.store(0, std::memory_order_relaxed);
-  e.last_read_ns.store(0, std::memory_order_relaxed);
-  e.held.store(0, std::memory_order_relaxed);
-  for (auto& b : e.hold_histogram) b.store(0, std::memory_order_relaxed);
-  // (L1) release: identity and telemetry reset are visible before the entry reads as active.
-  e.lease_word.store(LeaseWord::make(gen, LeaseState::active), std::memory_order_release);
-  return gen;
-}
 
 bool ProducerCore::forked() const noexcept {
   return fork_gen != fork_generation();
@@ -181,7 +113,7 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
   if (loan_out) return Status::loan_outstanding;
   const std::uint64_t now = monotonic_ns();
   if (now - last_reap_ns >= reap_period_ns) {
-    reap();  // bounded period: probes are user-space trylocks on live readers
+    reap();  // bounded period: a probe is a load of each lease's lock word
     last_reap_ns = now;
   }
   std::uint32_t i = find_free(false);
@@ -290,11 +222,11 @@ std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream strea
   ++published;
   p.published.store(published, std::memory_order_relaxed);  // telemetry; only we write it
   p.last_publish_ns.store(now, std::memory_order_relaxed);
-  // (P5) seq_cst RMW, then (P6) seq_cst load: with the reader's (W1) seq_cst increment of
-  // `waiters` before its (W2) load of `wake`, either the reader sees the new wake value (and does
-  // not sleep) or we see waiters > 0 (and wake it). No system call when nobody sleeps.
+  // (P5) seq_cst RMW, then (P6) seq_cst load: with the reader's (W1) seq_cst setting of its bit
+  // in `waiting` before its (W2) load of `wake`, either the reader sees the new wake value (and
+  // does not sleep) or we see waiters > 0 (and wake it). No system call when nobody sleeps.
   p.wake.fetch_add(1, std::memory_order_seq_cst);
-  if (p.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(p.wake);
+  if (p.waiting.load(std::memory_order_seq_cst) != 0) futex_wake_all(p.wake);
   newest_slot = i;
   loan_out = false;
   l.reset();
@@ -320,14 +252,25 @@ ProducerCore::~ProducerCore() {
   if (forked() || !holds_lease) return;  // a forked child owns nothing of the channel
   ProducerBlock& p = view.producer();
   pool.reset();
+  // Under the repair lock, so that a takeover never finds the lease between these steps.
+  RepairLock lock;
+  const bool locked = lock.acquire(view.fd, std::chrono::milliseconds(2000));
   // Clean exit: mark the epoch closed and wake sleepers, so readers report producer_gone.
   p.lease_word.store(LeaseWord::make(epoch, LeaseState::closed), std::memory_order_release);
   p.wake.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(p.wake);
-  // Remove the channel's names unless they were replaced (ringdump rm --force and a new
-  // producer): processes that still map the segments keep them until they detach.
-  if (still_named(name, mapping->device(), mapping->inode())) unlink_channel_objects(name);
-  keeper_unlock(p.lease);
+  fault_point("close.closed");
+  if (!locked) {
+    // Cannot give the lease back safely (a takeover could lock it while glibc's unlock still has
+    // it on the keeper's list_op_pending): keep it, and the mapping, until this process exits.
+    new std::shared_ptr<Mapping>(mapping);  // NOLINT: deliberately leaked
+    return;
+  }
+  // Remove the name if it still refers to our object (ringdump rm --force and a new producer may
+  // have replaced it): processes that still map the object keep it until they detach.
+  unlink_name_if(control_object_name(name), mapping->device(), mapping->inode());
+  fault_point("close.unlinked");
+  if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(mapping);  // NOLINT: abandoned lease
 }
 
 }  // namespace detail
@@ -356,15 +299,24 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
   core->fork_gen = fork_generation();
   core->reap_period_ns = static_cast<std::uint64_t>(config.reap_period.count());
 
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    if (auto mapping = create_segment(name, geo, config.mode)) {
-      // A new channel. Nobody can open it until publish_header().
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    OpenedSegment opened;
+    try {
+      opened = open_segment(name);
+    } catch (const Error& e) {
+      if (e.code() != Errc::not_found) throw;
+    }
+    if (!opened.mapping) {
+      // A new channel, made nameless and named only once complete (segment.hpp): nobody can find
+      // it before it is finished, and naming it never replaces anything.
+      auto mapping = create_segment(name, geo, config.mode);
+      fault_point("create.made");
       SegmentView view = mapping->view;
+      ProducerBlock& p = view.producer();
       try {
         write_header(view.header(), name, geo, config);
         init_segment(view);
-        ProducerBlock& p = view.producer();
-        if (keeper_trylock(p.lease) != TakeResult::taken) {
+        if (keeper_take(p.lease) != TakeResult::taken) {
           throw Error(Errc::system_error, ch + "cannot lock the new producer lease");
         }
         core->holds_lease = true;
@@ -379,61 +331,57 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
         p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
         p.lease_word.store(LeaseWord::make(1, LeaseState::active), std::memory_order_release);
         publish_header(view.header());  // (H1) last
-      } catch (...) {
-        if (core->holds_lease) {
-          keeper_unlock(view.producer().lease);
-          core->holds_lease = false;
+        fault_point("create.published");
+        if (link_segment(*mapping, name)) {
+          core->last_reap_ns = monotonic_ns();
+          return Producer(std::move(core));
         }
+      } catch (...) {
         core->pool.reset();
-        unlink_channel_objects(name);
+        if (core->holds_lease) keeper_give(p.lease);  // nobody else ever saw this object
+        core->holds_lease = false;
         throw;
       }
-      core->last_reap_ns = monotonic_ns();
-      return Producer(std::move(core));
+      // Someone named a channel meanwhile: ours was never seen; drop it and look at theirs.
+      core->pool.reset();
+      keeper_give(p.lease);
+      core->holds_lease = false;
+      core->mapping.reset();
+      continue;
     }
 
-    // The name exists: a live producer (refuse), a dead one (take over), or a half-made segment.
-    OpenedSegment opened;
-    try {
-      opened = open_segment(name);
-    } catch (const Error& e) {
-      if (e.code() == Errc::not_found) continue;  // removed meanwhile: create again
-      if (e.code() == Errc::not_ready) {
-        // Its creator died before finishing: nobody can be attached to it.
-        unlink_channel_objects(name);
-        continue;
-      }
-      throw;
-    }
+    // The name exists: a live producer (refuse) or a dead or closed one (take over).
     SegmentView view = opened.mapping->view;
     ProducerBlock& p = view.producer();
-    TakeResult taken = TakeResult::busy;
-    // A prober (a waiting reader, ringdump) holds the lease for microseconds: retry briefly
-    // before concluding that a producer is alive.
-    for (int i = 0; i < 50; ++i) {
-      taken = keeper_trylock(p.lease);
-      if (taken != TakeResult::busy && taken != TakeResult::unrecoverable) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    RepairLock lock;
+    if (!lock.acquire(view.fd, std::chrono::milliseconds(2000))) {
+      throw Error(Errc::channel_busy,
+                  ch + "its repair lock (flock) stayed taken for 2 s; another process is "
+                       "attaching, reaping or taking it over and is stalled (stopped?)");
     }
-    if (taken == TakeResult::busy) {
+    if (!still_named(name, opened.mapping->device(), opened.mapping->inode())) continue;
+    if (!lease_mutex_plausible(p.lease)) {
+      throw Error(Errc::corrupt_segment, ch + "the producer lease is not a robust mutex (kind " +
+                                             std::to_string(lease_mutex_kind(p.lease)) + ")");
+    }
+    // Read-only: a live producer's lock word has its thread id and no OWNER_DIED.
+    if (probe_lease(p.lease) == LeaseProbe::held) {
       throw Error(Errc::producer_exists, ch + "already has a live producer (pid " +
                                              std::to_string(p.pid.load(std::memory_order_relaxed)) +
                                              "); only one producer may publish into a channel");
     }
+    fault_point("takeover.locked");
+    const TakeResult taken = keeper_take(p.lease);
     if (taken != TakeResult::taken && taken != TakeResult::owner_died) {
       throw Error(Errc::corrupt_segment, ch + "the producer lease is not a usable mutex");
     }
-    // We hold the producer lease. Is this still the channel's current segment?
-    if (!still_named(name, opened.mapping->device(), opened.mapping->inode())) {
-      keeper_unlock(p.lease);
-      continue;
-    }
+    fault_point("takeover.taken");
     const SegmentHeader& h = view.header();
     const bool same_geometry = h.slots == geo.slots && h.max_readers == geo.max_readers &&
                                h.max_held == geo.max_held && h.frame_bytes == geo.frame_bytes &&
                                h.backend == geo.backend;
     if (!same_geometry) {
-      detail::reap_dead_readers(view, nullptr);
+      reap_dead_readers_locked(view, nullptr);
       std::uint32_t live = 0;
       for (std::uint32_t r = 0; r < view.geo.max_readers; ++r) {
         if (LeaseWord::state(view.reader(r).lease_word.load(std::memory_order_acquire)) ==
@@ -442,7 +390,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
         }
       }
       if (live != 0) {
-        keeper_unlock(p.lease);
+        if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
         throw Error(Errc::config_mismatch,
                     ch + "cannot take over with slots=" + std::to_string(geo.slots) +
                         " max_readers=" + std::to_string(geo.max_readers) +
@@ -453,9 +401,13 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
                         " frame_bytes=" + std::to_string(h.frame_bytes) + " and " +
                         std::to_string(live) + " live reader(s) attached");
       }
-      // Nobody is attached: replace the channel with one of the requested shape.
-      unlink_channel_objects(name);
-      keeper_unlock(p.lease);
+      // Nobody is attached: replace the channel with one of the requested shape. Its name is
+      // removed only while we hold its lease and its repair lock, checked to be this object.
+      p.lease_word.store(
+          LeaseWord::make(LeaseWord::generation(p.lease_word.load()), LeaseState::closed),
+          std::memory_order_release);
+      unlink_name_if(control_object_name(name), opened.mapping->device(), opened.mapping->inode());
+      if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
       continue;
     }
     // Takeover: new epoch.
@@ -470,7 +422,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
       core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
                                                    : make_host_producer_pool(req);
     } catch (...) {
-      keeper_unlock(p.lease);
+      if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
       core->holds_lease = false;
       throw;
     }
@@ -485,7 +437,9 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     p.lease_word.store(LeaseWord::make(core->epoch, LeaseState::active), std::memory_order_release);
     p.wake.fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(p.wake);  // sleepers re-check and report the epoch change
-    core->reap();
+    const std::size_t n = reap_dead_readers_locked(view, core->pool.get());
+    core->readers_reaped += n;
+    if (n != 0) p.readers_reaped.fetch_add(n, std::memory_order_relaxed);
     core->last_reap_ns = monotonic_ns();
     return Producer(std::move(core));
   }

@@ -42,7 +42,7 @@ bool ReaderCore::producer_alive() noexcept {
   const std::uint64_t w = p.lease_word.load(std::memory_order_acquire);
   if (LeaseWord::state(w) != static_cast<std::uint8_t>(LeaseState::active)) return false;
   if (LeaseWord::generation(w) != epoch) return true;  // a new producer: try_read reports it
-  return probe_alive(p.lease);
+  return producer_lease_alive(view);  // a load of the lease's lock word; nothing is written
 }
 
 Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
@@ -112,11 +112,13 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
   ProducerBlock& p = view.producer();
   const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
   if (LeaseWord::generation(pw) != epoch) {
-    // A new producer took the channel over: report the end of the old epoch once. Frames of the
-    // old epoch are never returned again (the descriptor's epoch is checked at every claim).
+    // A new producer took the channel over: report the end of the old epoch once (unless the
+    // probe or the closed state reported it already). Frames of the old epoch are never returned
+    // again (the descriptor's epoch is checked at every claim).
+    const bool reported = gone_reported;
     epoch = LeaseWord::generation(pw);
     gone_reported = false;
-    return Status::producer_gone;
+    if (!reported) return Status::producer_gone;
   }
   if (LeaseWord::state(pw) == static_cast<std::uint8_t>(LeaseState::closed)) {
     if (!gone_reported) {
@@ -217,20 +219,22 @@ Result<Frame> ReaderCore::read(const std::shared_ptr<ReaderCore>& self,
       next_probe = now + probe_ns;
     }
     if (now >= deadline) return Status::timeout;
-    // (W1) seq_cst: announce the sleep before the final check; pairs with (P6).
-    p.waiters.fetch_add(1, std::memory_order_seq_cst);
+    // (W1) seq_cst: announce the sleep before the final check; pairs with (P6). Our own bit, not
+    // a shared count: if we die asleep, the reap clears it.
+    const std::uint32_t my_bit = 1U << index;
+    p.waiting.fetch_or(my_bit, std::memory_order_seq_cst);
     // (W2) seq_cst, pairs with (P5): if the publication came first we see its wake value.
     const std::uint32_t w = p.wake.load(std::memory_order_seq_cst);
     r = try_read(self);
     if (r || r.status() != Status::no_frame) {
-      p.waiters.fetch_sub(1, std::memory_order_relaxed);
+      p.waiting.fetch_and(~my_bit, std::memory_order_relaxed);
       return r;
     }
     now = monotonic_ns();
     const std::uint64_t sleep =
         std::min(deadline - std::min(deadline, now), next_probe - std::min(next_probe, now));
     if (sleep > 0) futex_wait(p.wake, w, sleep);  // EINTR: loop and re-check
-    p.waiters.fetch_sub(1, std::memory_order_relaxed);
+    p.waiting.fetch_and(~my_bit, std::memory_order_relaxed);
     r = try_read(self);
     if (r || r.status() != Status::no_frame) return r;
   }
@@ -256,17 +260,11 @@ void ReaderCore::release(Frame& f, CudaStream stream) noexcept {
 ReaderCore::~ReaderCore() {
   if (forked() || !holds_lease) return;
   pool.reset();
-  ReaderEntry& e = view.reader(index);
-  if (!evicted()) {
-    // Detach: nothing is held (every Frame kept this core alive), but clear our bit everywhere
-    // anyway, then free the entry and give back the lease.
-    clear_reader_bits(view, index);
-    e.instance_id.store(0, std::memory_order_relaxed);
-    e.held.store(0, std::memory_order_relaxed);
-    e.lease_word.store(LeaseWord::make(entry_generation + 1, LeaseState::free),
-                       std::memory_order_release);
+  // Detach (the liveness module): bits cleared, lease given back, entry freed. A lease that had to
+  // be abandoned stays locked in this process: its mapping must then never go away.
+  if (!give_back_reader_entry(view, index, entry_generation)) {
+    new std::shared_ptr<Mapping>(mapping);  // NOLINT: deliberately leaked
   }
-  keeper_unlock(e.lease);
 }
 
 }  // namespace detail
@@ -342,22 +340,14 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
     PoolRequest req{std::string(name), view, opened.mode, 0, false};
     core->pool = view.geo.backend == 2 ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
   }
-  // Take the first entry whose lease we can lock. Two passes: the second after reaping, in case
-  // dead readers fill the table and no producer is reaping.
-  for (int pass = 0; pass < 3 && !core->holds_lease; ++pass) {
-    if (pass == 1) reap_dead_readers(view, nullptr);
-    if (pass == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a prober's moment
-    for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
-      TakeResult r = keeper_trylock(view.reader(i).lease);
-      if (r == TakeResult::unrecoverable) r = keeper_trylock(view.reader(i).lease);
-      if (r != TakeResult::taken && r != TakeResult::owner_died) continue;
-      core->index = i;
-      core->bit = SlotWord::bit(i);
-      core->holds_lease = true;
-      core->entry_generation = take_reader_entry(view, i, core->instance_id, options.policy);
-      core->pool->attached(i);
-      break;
-    }
+  // Take a free entry, or one whose owner the kernel declared dead (under the repair lock; the
+  // liveness module never locks a mutex a live owner may hold).
+  if (auto taken = take_reader_entry(view, name, core->instance_id, options.policy)) {
+    core->index = taken->index;
+    core->bit = SlotWord::bit(taken->index);
+    core->holds_lease = true;
+    core->entry_generation = taken->generation;
+    core->pool->attached(taken->index);
   }
   if (!core->holds_lease) {
     std::string pids;
@@ -441,6 +431,15 @@ Frame& Frame::operator=(Frame&& other) noexcept {
 
 Frame::~Frame() {
   release();
+}
+
+bool Frame::held() const noexcept {
+  // A fork child inherits the parent's Frame objects, not its bits: it holds nothing.
+  return core_ != nullptr && !core_->forked();
+}
+
+const std::byte* Frame::data() const noexcept {
+  return held() ? data_ : nullptr;
 }
 
 void Frame::release() noexcept {

@@ -852,8 +852,9 @@ int cmd_rm(const std::string& name, bool force) {
   return kExitOk;
 }
 
-// Frames objects whose control segment is gone (a channel removed half-way): nobody can attach to
-// them any more.
+// Frames objects of layout 2 and earlier whose control segment is gone. This version keeps a
+// channel's frames inside its one object and never makes such names, so removing one cannot hit a
+// channel of this version.
 std::vector<std::string> orphaned_frames() {
   std::vector<std::string> out;
   DIR* dir = opendir("/dev/shm");

@@ -26,7 +26,8 @@ enum class Errc : int {
   invalid_argument = 13,  // caller broke a precondition (payload larger than capacity ...)
   channel_busy = 14,      // removal refused: live producer or readers
   cuda_error = 15,        // a CUDA call failed (the CUDA error name is in the message)
-  not_ready = 16,         // segment still being created by another process
+  not_ready = 16,         // the object at the name is not a finished segment (no magic)
+  no_space = 17,          // /dev/shm cannot hold the channel (message: bytes needed and free)
 };
 
 const char* to_string(Errc code) noexcept;

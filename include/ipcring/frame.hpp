@@ -71,8 +71,9 @@ class Frame {
   ~Frame();
 
   // Host backend: a read-only mapping of the producer's buffer. CUDA backend: a device pointer
-  // (wait_on() a stream before reading it there).
-  const std::byte* data() const noexcept { return data_; }
+  // (wait_on() a stream before reading it there). nullptr when not held (released, or inherited by
+  // a fork child, which holds nothing of its parent's).
+  const std::byte* data() const noexcept;
   std::size_t size() const noexcept { return size_; }
   std::uint64_t sequence() const noexcept { return sequence_; }
   std::uint64_t epoch() const noexcept { return epoch_; }
@@ -84,7 +85,7 @@ class Frame {
   std::span<const std::byte> metadata() const noexcept {
     return {reinterpret_cast<const std::byte*>(metadata_), metadata_bytes_};
   }
-  bool held() const noexcept { return core_ != nullptr; }
+  bool held() const noexcept;  // false after release and in a fork child
 
   // Gives the frame back. Idempotent.
   void release() noexcept;

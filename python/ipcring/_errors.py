@@ -38,6 +38,7 @@ class Errc(enum.IntEnum):
     channel_busy = 14
     cuda_error = 15
     not_ready = 16
+    no_space = 17
 
 
 class Status(enum.IntEnum):
@@ -143,8 +144,13 @@ class CudaError(Error):
 
 
 class NotReady(Error):
-    """The segment is still being created by another process."""
+    """The object at the channel's name is not a finished segment."""
     code = Errc.not_ready
+
+
+class NoSpace(Error):
+    """/dev/shm cannot hold the channel (``docker run --shm-size=...`` or ``--ipc=host``)."""
+    code = Errc.no_space
 
 
 # ---- hot path: one class per Status that surfaces as an exception -----------------------------
@@ -188,7 +194,7 @@ class BackendError(Error):
 BY_ERRC = {cls.code: cls for cls in (
     InvalidName, InvalidConfig, NotFound, ProducerExists, VersionMismatch, PermissionDenied,
     CorruptSegment, TooManyReaders, ConfigMismatch, SystemError, Unsupported, Forked,
-    InvalidArgument, ChannelBusy, CudaError, NotReady)}
+    InvalidArgument, ChannelBusy, CudaError, NotReady, NoSpace)}
 
 BY_STATUS = {cls.status: cls for cls in (
     NoFreeSlot, Timeout, ProducerGone, Evicted, MaxHeld, LoanOutstanding, Forked, BackendError)}

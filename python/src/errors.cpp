@@ -8,7 +8,7 @@ namespace ipcring::python {
 
 namespace {
 
-// Values of Errc are 1..16 and of Status 0..9 today; the tables leave room to grow. Entries are
+// Values of Errc are 1..17 and of Status 0..9 today; the tables leave room to grow. Entries are
 // strong references kept for the life of the process (the module is never unloaded).
 constexpr int kMaxCode = 64;
 PyObject* g_base = nullptr;

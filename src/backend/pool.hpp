@@ -69,20 +69,18 @@ class ReaderPool {
   virtual void attached(std::uint32_t reader) noexcept { (void)reader; }
 };
 
-// Factories. `view` is the validated control segment; `name` the channel name (for messages and
-// the frames object's name). They throw Error on failure.
+// Factories. `view` is the validated control segment (its fd is the channel's object, whose
+// frames range the host pool maps); `name` the channel name (for messages). They throw Error.
 struct PoolRequest {
   std::string name;
   SegmentView view;
   unsigned mode = 0600;
   int cuda_device = 0;
-  bool create = false;  // producer: create the frames object, else open the existing one
+  bool create = false;  // producer: a new channel (else a takeover of an existing one)
 };
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);
 std::unique_ptr<ProducerPool> make_cuda_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_cuda_reader_pool(const PoolRequest& request);
-// Removes the frames object of a channel (host backend); no error when absent.
-void remove_host_frames(const std::string& name) noexcept;
 
 }  // namespace ipcring::detail

@@ -1,23 +1,34 @@
 #include "lease/lease.hpp"
 #include "common/errno_text.hpp"
 
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "backend/pool.hpp"
 #include "common/clock.hpp"
 #include "ipcring/error.hpp"
+#include "ring/ring.hpp"
 
 namespace ipcring::detail {
 
@@ -28,6 +39,8 @@ std::atomic<std::uint64_t> g_fork_generation{0};
 
 class LeaseKeeper;
 std::atomic<LeaseKeeper*> g_keeper{nullptr};
+// The repair lock's process-local half: threads of this process (flock serialises processes).
+std::recursive_mutex g_repair_local;
 std::once_flag g_atfork_once;
 
 void on_fork_child() noexcept {
@@ -35,6 +48,9 @@ void on_fork_child() noexcept {
   // The keeper thread did not survive fork, and its mutex may have been copied locked. Abandon it
   // (deliberately leaked: destroying it would touch that state); a fresh one starts on demand.
   g_keeper.store(nullptr, std::memory_order_relaxed);
+  // A thread of the parent may have held the repair lock's local mutex at fork: the child has one
+  // thread and no repair lock, so it starts with a fresh, unlocked mutex.
+  new (&g_repair_local) std::recursive_mutex();
 }
 
 void install_atfork() {
@@ -110,32 +126,122 @@ bool lease_mutex_plausible(const MutexStorage& storage) noexcept {
 #endif
 }
 
-namespace {
+// ---- the read-only probe
+// -------------------------------------------------------------------------
 
-TakeResult trylock_here(MutexStorage& storage) noexcept {
-  // Never hand glibc a mutex whose immutable kind bits are not the ones init_robust_mutex sets:
-  // on hostile bytes (a priority-protect kind, say) pthread_mutex_trylock can abort the process.
-  if (!lease_mutex_plausible(storage)) return TakeResult::error;
-  pthread_mutex_t* m = as_mutex(storage);
-  const int rc = pthread_mutex_trylock(m);
-  switch (rc) {
-    case 0:
-      return TakeResult::taken;
-    case EBUSY:
-      return TakeResult::busy;
-    case EOWNERDEAD:
-      // We own it now; make it usable again. consistent() must run on the owning thread.
-      pthread_mutex_consistent(m);
-      return TakeResult::owner_died;
-    case ENOTRECOVERABLE:
-      // A previous owner-dead holder unlocked without making it consistent. Nobody can ever lock
-      // it again, so re-initialising it cannot race with a holder.
-      init_robust_mutex(storage);
-      return TakeResult::unrecoverable;
-    default:
-      return TakeResult::error;
-  }
+std::uint32_t lease_lock_word(const MutexStorage& storage) noexcept {
+  // glibc keeps the futex word of a mutex (`__lock`: owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED)
+  // at offset 0 of pthread_mutex_t (asserted below). One atomic load; nothing is written.
+  static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0, "glibc's lock word moved");
+  return static_cast<std::uint32_t>(__atomic_load_n(
+      reinterpret_cast<const int*>(storage.bytes), __ATOMIC_ACQUIRE));  // (L5) pairs with the
+                                                                        // kernel's OWNER_DIED store
 }
+
+LeaseProbe probe_lease(const MutexStorage& storage) noexcept {
+  const std::uint32_t word = lease_lock_word(storage);
+  if ((word & FUTEX_OWNER_DIED) != 0) return LeaseProbe::dead;
+  if ((word & FUTEX_TID_MASK) == 0) return LeaseProbe::unowned;
+  return LeaseProbe::held;
+}
+
+// ---- fault injection
+// -----------------------------------------------------------------------------
+
+void fault_point(const char* point) noexcept {
+#if defined(IPCRING_FAULT_INJECTION)
+  // Read at every call (the points are on slow paths only), so that a forked test child can set
+  // the variable after its parent used the library. Hits are counted per process.
+  const char* v = std::getenv("IPCRING_FAULT");  // NOLINT(concurrency-mt-unsafe): tests only
+  if (v == nullptr) return;
+  const char* colon = std::strchr(v, ':');
+  if (colon == nullptr) return;
+  const auto len = static_cast<std::size_t>(colon - v);
+  if (!(len == 1 && v[0] == '*') &&
+      (std::strlen(point) != len || std::strncmp(v, point, len) != 0)) {
+    return;
+  }
+  char* end = nullptr;
+  const long n = std::strtol(colon + 1, &end, 10);
+  const bool stop = end != nullptr && std::strcmp(end, ":stop") == 0;
+  static std::atomic<long> hits{0};
+  static std::atomic<pid_t> hits_pid{0};
+  const pid_t self = getpid();
+  if (hits_pid.exchange(self, std::memory_order_relaxed) != self) {
+    hits.store(0, std::memory_order_relaxed);
+  }
+  if (hits.fetch_add(1, std::memory_order_relaxed) + 1 == n) kill(self, stop ? SIGSTOP : SIGKILL);
+#else
+  (void)point;
+#endif
+}
+
+// ---- the repair lock
+// -----------------------------------------------------------------------------
+
+RepairLock::~RepairLock() {
+  release();
+}
+
+RepairLock::RepairLock(RepairLock&& other) noexcept
+    : fd_(other.fd_), local_(other.local_), held_(other.held_) {
+  other.fd_ = -1;
+  other.local_ = false;
+  other.held_ = false;
+}
+
+void RepairLock::release() noexcept {
+  if (fd_ >= 0) close(fd_);  // drops the flock
+  fd_ = -1;
+  if (local_) g_repair_local.unlock();
+  local_ = false;
+  held_ = false;
+}
+
+bool RepairLock::acquire(int object_fd, std::chrono::milliseconds wait) noexcept {
+  release();
+  if (object_fd < 0) {
+    held_ = true;  // an in-memory image: no other process can see it
+    return true;
+  }
+  const std::uint64_t deadline =
+      monotonic_ns() +
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, wait.count())) * 1'000'000ULL;
+  // Polled (try_lock), like the flock below: a stalled holder must not make us wait forever.
+  while (!g_repair_local.try_lock()) {
+    if (monotonic_ns() >= deadline) return false;
+    timespec pause{0, 1'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  local_ = true;
+  // A fresh open file description: a flock belongs to the description, so one shared with a fork
+  // child (an inherited descriptor) would not exclude the child.
+  char path[48];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", object_fd);
+  fd_ = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fd_ = fcntl(object_fd, F_DUPFD_CLOEXEC, 0);  // no /proc: threads still excluded
+  if (fd_ < 0) {
+    release();
+    return false;
+  }
+  for (;;) {
+    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      held_ = true;
+      return true;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    if (monotonic_ns() >= deadline) break;
+    timespec pause{0, 1'000'000};
+    nanosleep(&pause, nullptr);
+  }
+  release();
+  return false;
+}
+
+// ---- the lease keeper
+// ----------------------------------------------------------------------------
+
+namespace {
 
 // The lease keeper: one thread per process that takes and gives back long-lived leases, so that
 // a lease does not die with the user thread that happened to create it. Requests are rare (attach,
@@ -146,13 +252,17 @@ class LeaseKeeper {
     std::thread([this] { run(); }).detach();
   }
 
-  TakeResult trylock(MutexStorage& storage) { return call(Op::trylock, storage); }
-  void unlock(MutexStorage& storage) { call(Op::unlock, storage); }
+  TakeResult take(MutexStorage& storage) { return call(Op::take, storage).take; }
+  bool give(MutexStorage& storage) { return call(Op::give, storage).given; }
 
  private:
-  enum class Op { none, trylock, unlock };
+  enum class Op { none, take, give };
+  struct Outcome {
+    TakeResult take = TakeResult::error;
+    bool given = false;
+  };
 
-  TakeResult call(Op op, MutexStorage& storage) {
+  Outcome call(Op op, MutexStorage& storage) {
     std::lock_guard serial(call_mutex_);  // one request in flight
     std::unique_lock lock(mutex_);
     op_ = op;
@@ -167,16 +277,93 @@ class LeaseKeeper {
     std::unique_lock lock(mutex_);
     for (;;) {
       request_.wait(lock, [this] { return op_ != Op::none; });
-      if (op_ == Op::trylock) {
-        result_ = trylock_here(*storage_);
+      Outcome out;
+      if (op_ == Op::take) {
+        out.take = take_here(*storage_);
       } else {
-        pthread_mutex_unlock(as_mutex(*storage_));
-        result_ = TakeResult::taken;
+        out.given = give_here(*storage_);
       }
+      result_ = out;
       op_ = Op::none;
       done_ = true;
       done_cv_.notify_one();
     }
+  }
+
+  TakeResult take_here(MutexStorage& storage) {
+    // Never hand glibc a mutex whose immutable kind bits are not the ones init_robust_mutex sets,
+    // and never try one a live owner holds: trylock puts the mutex on our list_op_pending, and a
+    // kill of this thread right then would let the kernel mark a live owner with our TID dead.
+    if (!lease_mutex_plausible(storage)) return TakeResult::refused;
+    if (probe_lease(storage) == LeaseProbe::held) return TakeResult::refused;
+    try {
+      held_.reserve(held_.size() + 1);  // so that the bookkeeping below cannot fail
+    } catch (...) {
+      return TakeResult::error;
+    }
+    pthread_mutex_t* m = as_mutex(storage);
+    const int rc = pthread_mutex_trylock(m);
+    TakeResult r = TakeResult::error;
+    if (rc == 0) {
+      r = TakeResult::taken;
+    } else if (rc == EOWNERDEAD) {
+      pthread_mutex_consistent(m);  // on the owning thread, as required
+      r = TakeResult::owner_died;
+    } else {
+      return rc == EBUSY ? TakeResult::refused : TakeResult::error;
+    }
+    held_.push_back(&storage);
+    return r;
+  }
+
+  bool give_here(MutexStorage& storage) {
+    auto it = std::find(held_.begin(), held_.end(), &storage);
+    if (it == held_.end()) return false;  // not ours: never unlock it
+    if (!links_ours(storage)) {
+      // glibc's unlock would follow these links and write through them: abandon the lease. It
+      // stays locked; the kernel marks it OWNER_DIED when this process exits.
+      abandoned_.push_back(&storage);
+      held_.erase(it);
+      return false;
+    }
+    held_.erase(it);
+    pthread_mutex_unlock(as_mutex(storage));
+    return true;
+  }
+
+  // True when the robust-list links of `storage` (a mutex this thread holds) point at this
+  // thread's robust list head or at another mutex this thread holds, as glibc left them.
+  bool links_ours(MutexStorage& storage) const noexcept {
+#if defined(__GLIBC__) && __PTHREAD_MUTEX_HAVE_PREV
+    void* head = nullptr;
+    std::size_t len = 0;
+    if (syscall(SYS_get_robust_list, 0, &head, &len) != 0) return false;
+    auto node = [](MutexStorage* s) {
+      return reinterpret_cast<std::uintptr_t>(&as_mutex(*s)->__data.__list.__next);
+    };
+    auto known = [&](std::uintptr_t link) {
+      link &= ~std::uintptr_t{1};
+      if (link == reinterpret_cast<std::uintptr_t>(head)) return true;
+      for (MutexStorage* h : held_) {
+        if (h != &storage && node(h) == link) return true;
+      }
+      for (MutexStorage* h : abandoned_) {
+        if (node(h) == link) return true;
+      }
+      return false;
+    };
+    std::uintptr_t next = 0;
+    std::uintptr_t prev = 0;
+    // Copied bytewise: shared memory that another process may scribble on.
+    std::memcpy(&next, storage.bytes + offsetof(pthread_mutex_t, __data.__list.__next),
+                sizeof next);
+    std::memcpy(&prev, storage.bytes + offsetof(pthread_mutex_t, __data.__list.__prev),
+                sizeof prev);
+    return known(next) && known(prev);
+#else
+    (void)storage;
+    return true;
+#endif
   }
 
   std::mutex call_mutex_;
@@ -185,8 +372,11 @@ class LeaseKeeper {
   std::condition_variable done_cv_;
   Op op_ = Op::none;
   MutexStorage* storage_ = nullptr;
-  TakeResult result_ = TakeResult::error;
+  Outcome result_;
   bool done_ = false;
+  // Keeper thread only.
+  std::vector<MutexStorage*> held_;
+  std::vector<MutexStorage*> abandoned_;
 };
 
 std::mutex g_keeper_create;
@@ -203,35 +393,159 @@ LeaseKeeper& keeper() {
   return *k;
 }
 
+bool is_state(std::uint64_t w, LeaseState s) {
+  return LeaseWord::state(w) == static_cast<std::uint8_t>(s);
+}
+
+// An ACTIVE entry whose owner the kernel declared dead, or that its owner left unowned while
+// detaching (it died between unlocking and freeing the entry; under the repair lock nobody is
+// between those steps). A mutex with implausible kind bits is never judged.
+bool reapable(ReaderEntry& e, std::uint64_t& w) noexcept {
+  w = e.lease_word.load(std::memory_order_acquire);
+  if (!is_state(w, LeaseState::active)) return false;
+  if (!lease_mutex_plausible(e.lease)) return false;
+  return probe_lease(e.lease) != LeaseProbe::held;
+}
+
+std::size_t reap_locked(const SegmentView& view, ProducerPool* pool) noexcept {
+  std::size_t reaped = 0;
+  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+    ReaderEntry& e = view.reader(i);
+    std::uint64_t w = 0;
+    if (!reapable(e, w)) continue;
+    fault_point("reap.locked");
+    clear_reader_bits(view, i);  // (R6)
+    if (pool != nullptr) pool->reader_reaped(i);
+    view.producer().waiting.fetch_and(~(1U << i), std::memory_order_relaxed);
+    e.held.store(0, std::memory_order_relaxed);
+    e.instance_id.store(0, std::memory_order_relaxed);
+    fault_point("reap.cleared");
+    // (L3) release: the cleared bits are visible before the entry reads as free.
+    e.lease_word.store(LeaseWord::make(LeaseWord::generation(w) + 1, LeaseState::free),
+                       std::memory_order_release);
+    ++reaped;
+  }
+  return reaped;
+}
+
 }  // namespace
 
-TakeResult keeper_trylock(MutexStorage& storage) {
-  return keeper().trylock(storage);
+TakeResult keeper_take(MutexStorage& storage) {
+  return keeper().take(storage);
 }
-void keeper_unlock(MutexStorage& storage) {
-  keeper().unlock(storage);
-}
-
-TakeResult probe_trylock(MutexStorage& storage) noexcept {
-  return trylock_here(storage);
-}
-void probe_unlock(MutexStorage& storage) noexcept {
-  pthread_mutex_unlock(as_mutex(storage));
+bool keeper_give(MutexStorage& storage) {
+  return keeper().give(storage);
 }
 
-bool probe_alive(MutexStorage& storage) noexcept {
-  switch (trylock_here(storage)) {
-    case TakeResult::busy:
-      return true;
-    case TakeResult::taken:
-    case TakeResult::owner_died:
-      probe_unlock(storage);
-      return false;
-    case TakeResult::unrecoverable:
-    case TakeResult::error:
-      return false;
+// ---- reader entries
+// --------------------------------------------------------------------------------
+
+std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept {
+  // Read-only first: the common case (nobody died) costs loads only, no system call.
+  bool any = false;
+  for (std::uint32_t i = 0; i < view.geo.max_readers && !any; ++i) {
+    std::uint64_t w = 0;
+    any = reapable(view.reader(i), w);
   }
-  return false;
+  if (!any) return 0;
+  fault_point("reap.probed");
+  RepairLock lock;
+  if (!lock.acquire(view.fd, std::chrono::milliseconds(0))) return 0;  // next round
+  return reap_locked(view, pool);
+}
+
+std::size_t reap_dead_readers_locked(const SegmentView& view, ProducerPool* pool) noexcept {
+  return reap_locked(view, pool);
+}
+
+std::optional<TakenEntry> take_reader_entry(const SegmentView& view, std::string_view channel,
+                                            std::uint64_t instance_id, ReadPolicy policy) {
+  RepairLock lock;
+  if (!lock.acquire(view.fd, std::chrono::milliseconds(2000))) {
+    throw Error(Errc::channel_busy,
+                "ipcring: channel '" + std::string(channel) +
+                    "': its repair lock (flock) stayed taken for 2 s; another process is "
+                    "attaching, detaching or reaping and is stalled (stopped?)");
+  }
+  for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
+    ReaderEntry& e = view.reader(i);
+    const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
+    const bool active = is_state(w, LeaseState::active);
+    if (!active && !is_state(w, LeaseState::free)) continue;
+    if (!lease_mutex_plausible(e.lease) || probe_lease(e.lease) == LeaseProbe::held) continue;
+    fault_point("attach.locked");
+    const TakeResult r = keeper_take(e.lease);
+    if (r != TakeResult::taken && r != TakeResult::owner_died) continue;
+    fault_point("attach.taken");
+    if (active) clear_reader_bits(view, i);  // a dead owner's bits, not reaped yet
+    view.producer().waiting.fetch_and(~(1U << i), std::memory_order_relaxed);
+    const std::uint64_t gen = LeaseWord::generation(w) + 1;
+    e.instance_id.store(instance_id, std::memory_order_relaxed);
+    e.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
+    e.policy.store(static_cast<std::uint32_t>(policy), std::memory_order_relaxed);
+    e.attached_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    e.frames_read.store(0, std::memory_order_relaxed);
+    e.overruns.store(0, std::memory_order_relaxed);
+    e.last_sequence.store(0, std::memory_order_relaxed);
+    e.last_read_ns.store(0, std::memory_order_relaxed);
+    e.held.store(0, std::memory_order_relaxed);
+    for (auto& b : e.hold_histogram) b.store(0, std::memory_order_relaxed);
+    // (L1) release: identity and telemetry reset are visible before the entry reads as active.
+    e.lease_word.store(LeaseWord::make(gen, LeaseState::active), std::memory_order_release);
+    return TakenEntry{i, gen};
+  }
+  return std::nullopt;
+}
+
+bool give_back_reader_entry(const SegmentView& view, std::uint32_t index,
+                            std::uint64_t generation) noexcept {
+  ReaderEntry& e = view.reader(index);
+  RepairLock lock;
+  const bool locked = lock.acquire(view.fd, std::chrono::milliseconds(2000));
+  const std::uint64_t mine = LeaseWord::make(generation, LeaseState::active);
+  const bool ours = e.lease_word.load(std::memory_order_acquire) == mine;
+  if (ours) {
+    // Nothing is held (every Frame kept the core alive), but clear our bits anyway.
+    clear_reader_bits(view, index);
+    view.producer().waiting.fetch_and(~(1U << index), std::memory_order_relaxed);
+    e.instance_id.store(0, std::memory_order_relaxed);
+    e.held.store(0, std::memory_order_relaxed);
+  }
+  fault_point("detach.cleared");
+  // Without the repair lock an attacher could lock the mutex while glibc's unlock still has it on
+  // our list_op_pending: keep it locked instead (the kernel frees it when this process exits).
+  const bool released = locked && keeper_give(e.lease);
+  fault_point("detach.unlocked");
+  if (ours) {
+    std::uint64_t expected = mine;
+    // (L6) release: our cleared bits are visible before the entry reads as free.
+    e.lease_word.compare_exchange_strong(expected,
+                                         LeaseWord::make(generation + 1, LeaseState::free),
+                                         std::memory_order_release, std::memory_order_relaxed);
+  }
+  return released;
+}
+
+// ---- the producer lease
+// ----------------------------------------------------------------------------
+
+bool producer_lease_alive(const SegmentView& view) noexcept {
+  ProducerBlock& p = view.producer();
+  if (!is_state(p.lease_word.load(std::memory_order_acquire), LeaseState::active)) return false;
+  return lease_mutex_plausible(p.lease) && probe_lease(p.lease) == LeaseProbe::held;
+}
+
+void recover_after_producer_death(const SegmentView& view) noexcept {
+  for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
+    Slot& slot = view.slot(i);
+    const std::uint64_t s = slot.state.load(std::memory_order_relaxed);
+    if (SlotWord::writing(s)) {
+      // A loan of the dead producer: no reader can hold a W slot, so nobody reads it.
+      slot.sequence.store(0, std::memory_order_relaxed);
+      slot.state.store(SlotWord::make(SlotWord::generation(s) + 1, false, 0),
+                       std::memory_order_release);
+    }
+  }
 }
 
 void self_test_robust_mutexes() {
@@ -260,14 +574,17 @@ void self_test_robust_mutexes() {
         int status = 0;
         while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
         }
+        // Nobody else can see this mutex, so the parent may lock it to check glibc's side too.
+        const bool marked = probe_lease(*storage) == LeaseProbe::dead;
         const int probe = pthread_mutex_trylock(as_mutex(*storage));
-        if (probe == EOWNERDEAD) {
+        if (marked && probe == EOWNERDEAD) {
           pthread_mutex_consistent(as_mutex(*storage));
           pthread_mutex_unlock(as_mutex(*storage));
           ok = true;
         } else {
-          why = std::string("a mutex whose owner died gave ") + errno_text(probe) +
-                " instead of EOWNERDEAD";
+          why = std::string("a mutex whose owner died has lock word ") +
+                std::to_string(lease_lock_word(*storage)) + " and gave " + errno_text(probe) +
+                " instead of OWNER_DIED and EOWNERDEAD";
           if (probe == 0) pthread_mutex_unlock(as_mutex(*storage));
         }
       }

@@ -1,12 +1,17 @@
 // layout.hpp — the shared-memory ABI of an ipcring channel. Everything that lives in shared memory
 // is declared here and nowhere else.
 //
-// A channel is two POSIX shared-memory objects:
-//   /dev/shm/ipcring.<name>         the control segment (this file's structs), mapped read-write
-//                                    by the producer, every reader and the inspector;
-//   /dev/shm/ipcring.<name>.frames  the host frame pool (host backend only), `slots` page-aligned
-//                                    buffers, mapped read-write by the producer and read-only by
-//                                    readers.
+// A channel is ONE POSIX shared-memory object, /dev/shm/ipcring.<name>, so that there is no second
+// name to race over (docs/protocol.md, "Names"):
+//   [0, segment_bytes)                          the control segment (this file's structs), mapped
+//                                               read-write by the producer, every reader and the
+//                                               inspector;
+//   [frames_offset, frames_offset + frames_segment_bytes)
+//                                               the host frame pool (host backend only), `slots`
+//                                               page-aligned buffers, mapped read-write by the
+//                                               producer and read-only by readers.
+// object_bytes = frames_offset + frames_segment_bytes is the object's size, reserved in full
+// (fallocate) before the object gets its name.
 //
 // Control segment, in order (every block starts on a 128-byte line):
 //
@@ -49,14 +54,16 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;              // 2: head carries (sequence, slot)
+inline constexpr std::uint32_t kLayoutVersion = 3;              // 2: head carries (sequence, slot)
+// 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
+//    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness").
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
 inline constexpr std::uint32_t kMaxSlots = 1024;  // slot index fits in a log entry's low bits
 inline constexpr std::uint32_t kMaxHeld = 64;     // per-reader hold limit
 inline constexpr std::uint64_t kMaxFrameBytes = 1ULL << 40;
-inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and ".frames"
+inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and a margin
 inline constexpr std::size_t kMetadataBytes = 64;
 inline constexpr std::size_t kMutexBytes = 64;  // storage reserved for a pthread_mutex_t
 inline constexpr std::size_t kLibcIdBytes = 32;
@@ -166,8 +173,8 @@ struct alignas(kLine) SegmentHeader {
   std::uint32_t creator_uid;
   std::uint64_t frame_bytes;           // capacity of one frame
   std::uint64_t frame_stride;          // distance between frames in the pool (page multiple)
-  std::uint64_t frames_segment_bytes;  // size of the .frames object (0 for cuda)
-  std::uint64_t segment_bytes;         // size of this control segment
+  std::uint64_t frames_segment_bytes;  // size of the frame pool region (0 for cuda)
+  std::uint64_t segment_bytes;         // size of the control segment (the mapped prefix)
   std::uint64_t producer_offset;
   std::uint64_t reader_table_offset;
   std::uint64_t slot_table_offset;
@@ -177,6 +184,8 @@ struct alignas(kLine) SegmentHeader {
   std::uint64_t reap_period_ns;
   unsigned char cuda_uuid[16];    // device UUID of the frame pool (cuda backend)
   char name[kMaxNameLength + 1];  // channel name, NUL-terminated
+  std::uint64_t frames_offset;    // start of the frame pool in the object (== segment_bytes)
+  std::uint64_t object_bytes;     // size of the whole object
 };
 
 // Producer block: its lease, the epoch and the hot publication counters.
@@ -201,7 +210,9 @@ struct alignas(kLine) ProducerBlock {
   std::atomic<std::uint64_t> last_publish_ns;
   alignas(kLine)
       // Line 2: reader-written.
-      std::atomic<std::uint32_t> waiters;  // readers inside a futex wait (or about to be)
+      // Bit i: reader i is inside a futex wait (or about to be). A bit, not a count, so that the
+      // reap of a reader that died asleep clears it (a count would stay raised forever).
+      std::atomic<std::uint32_t> waiting;
   std::uint32_t reserved2;
   alignas(kLine) std::uint64_t reserved3;  // line 3 kept free for future producer state
 };
@@ -262,11 +273,13 @@ static_assert(offsetof(SegmentHeader, slots) == 72);
 static_assert(offsetof(SegmentHeader, frame_bytes) == 104);
 static_assert(offsetof(SegmentHeader, cuda_uuid) == 192);
 static_assert(offsetof(SegmentHeader, name) == 208);
+static_assert(offsetof(SegmentHeader, frames_offset) == 416);
+static_assert(offsetof(SegmentHeader, object_bytes) == 424);
 static_assert(sizeof(ProducerBlock) == 512);
 static_assert(offsetof(ProducerBlock, lease_word) == 64);
 static_assert(offsetof(ProducerBlock, head) == kLine);
 static_assert(offsetof(ProducerBlock, wake) == kLine + 8);
-static_assert(offsetof(ProducerBlock, waiters) == 2 * kLine);
+static_assert(offsetof(ProducerBlock, waiting) == 2 * kLine);
 static_assert(sizeof(ReaderEntry) == 512);
 static_assert(offsetof(ReaderEntry, lease_word) == 64);
 static_assert(offsetof(ReaderEntry, frames_read) == kLine);
@@ -294,7 +307,9 @@ struct Geometry {
   std::uint64_t slot_table_offset = 0;
   std::uint64_t log_offset = 0;
   std::uint64_t cuda_offset = 0;
-  std::uint64_t segment_bytes = 0;
+  std::uint64_t segment_bytes = 0;  // control segment
+  std::uint64_t frames_offset = 0;
+  std::uint64_t object_bytes = 0;  // control segment + frame pool
 };
 
 constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t to) noexcept {
@@ -332,6 +347,8 @@ constexpr Geometry compute_geometry(std::uint32_t slots, std::uint32_t max_reade
     end += std::uint64_t{slots} * sizeof(CudaSlot);
   }
   g.segment_bytes = round_up(end, page_bytes);
+  g.frames_offset = g.segment_bytes;
+  g.object_bytes = g.frames_offset + g.frames_segment_bytes;
   return g;
 }
 
@@ -341,6 +358,7 @@ constexpr Geometry compute_geometry(std::uint32_t slots, std::uint32_t max_reade
 struct SegmentView {
   unsigned char* base = nullptr;
   Geometry geo;
+  int fd = -1;  // the object's descriptor (process-local; -1 for an in-memory image)
 
   SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(base); }
   ProducerBlock& producer() const noexcept {

@@ -4,23 +4,23 @@
 #include <gnu/libc-version.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/inspect.hpp"
-
-namespace bip = boost::interprocess;
+#include "lease/lease.hpp"
 
 namespace ipcring {
 
@@ -81,9 +81,6 @@ std::string hex32(std::uint64_t v) {
 std::string control_object_name(std::string_view channel) {
   return "ipcring." + std::string(channel);
 }
-std::string frames_object_name(std::string_view channel) {
-  return "ipcring." + std::string(channel) + ".frames";
-}
 std::string shm_path(const std::string& object_name) {
   return "/dev/shm/" + object_name;
 }
@@ -119,48 +116,72 @@ Mapping::~Mapping() {
 
 std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
                                         unsigned mode) {
-  const std::string object = control_object_name(channel);
-  int fd = -1;
-  try {
-    // O_CREAT|O_EXCL; Boost applies the permissions again with fchmod, so the umask cannot
-    // narrow them.
-    bip::permissions perm(static_cast<int>(mode & 0777));
-    bip::shared_memory_object shm(bip::create_only, object.c_str(), bip::read_write, perm);
-    shm.truncate(static_cast<bip::offset_t>(geo.segment_bytes));  // size set before validation
-    fd = dup(shm.get_mapping_handle().handle);
-  } catch (const bip::interprocess_exception& e) {
-    if (e.get_error_code() == bip::already_exists_error) return nullptr;
-    throw Error(e.get_native_error() == EACCES ? Errc::permission_denied : Errc::system_error,
-                "ipcring: channel '" + std::string(channel) + "': cannot create /dev/shm/" +
-                    object + " of " + std::to_string(geo.segment_bytes) + " bytes: " + e.what());
-  }
-  if (fd < 0) throw_system(channel, "dup", errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
+  // Nameless until link_segment: nobody can open it, remove it or mistake it for a channel.
+  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 0777);
+  if (fd < 0) {
     const int err = errno;
-    close(fd);
-    throw_system(channel, "fstat", err);
+    throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::unsupported,
+                ch + "cannot create an unnamed object in /dev/shm (open O_TMPFILE): " +
+                    errno_text(err) + " (errno " + std::to_string(err) +
+                    "); /dev/shm must be a tmpfs of Linux 3.11 or later");
   }
+  auto fail = [&](const std::string& what, int err) {
+    close(fd);  // the object vanishes with its last descriptor: nothing is left behind
+    throw_system(channel, what, err);
+  };
+  if (fchmod(fd, mode & 0777) != 0) fail("fchmod", errno);  // the umask must not narrow it
+  // Reserve every page now (Docker's /dev/shm is 64 MiB): a page fault later cannot SIGBUS.
+  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(geo.object_bytes)); err != 0) {
+    close(fd);
+    if (err == ENOSPC || err == EFBIG) {
+      struct statvfs vfs {};
+      std::string free_text = "unknown";
+      if (statvfs("/dev/shm", &vfs) == 0) {
+        free_text = std::to_string(static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
+      }
+      const std::uint64_t mib = (geo.object_bytes + (1ULL << 20) - 1) >> 20;
+      throw Error(Errc::no_space,
+                  ch + "needs " + std::to_string(geo.object_bytes) +
+                      " bytes of shared memory but /dev/shm has " + free_text +
+                      " bytes free; in a container give it more (docker run --shm-size=" +
+                      std::to_string(mib + 64) +
+                      "m, or --ipc=host), or make the channel smaller "
+                      "(slots * frame_bytes)");
+    }
+    throw_system(channel, "posix_fallocate of " + std::to_string(geo.object_bytes) + " bytes", err);
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) fail("fstat", errno);
   if ((st.st_mode & 0777) != (mode & 0777)) {
     close(fd);
-    shm_unlink(object.c_str());
-    throw Error(Errc::permission_denied, "ipcring: channel '" + std::string(channel) +
-                                             "': created with mode " + hex32(st.st_mode & 0777) +
+    throw Error(Errc::permission_denied, ch + "created with mode " + hex32(st.st_mode & 0777) +
                                              " instead of " + hex32(mode & 0777));
   }
   void* base = mmap(nullptr, geo.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    const int err = errno;
-    close(fd);
-    shm_unlink(object.c_str());
-    throw_system(channel, "mmap of the new control segment", err);
-  }
+  if (base == MAP_FAILED) fail("mmap of the new control segment", errno);
   auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, geo.segment_bytes,
                                            st.st_dev, st.st_ino);
-  mapping->view = SegmentView{static_cast<unsigned char*>(base), geo};
+  mapping->view = SegmentView{static_cast<unsigned char*>(base), geo, fd};
   std::lock_guard lock(g_registry_mutex);
   registry()[{st.st_dev, st.st_ino}] = mapping;
   return mapping;
+}
+
+bool link_segment(const Mapping& mapping, std::string_view channel) {
+  const std::string path = shm_path(control_object_name(channel));
+  char proc[48];
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mapping.fd());
+  // linkat never replaces: EEXIST when the name exists. Through /proc (no capability needed);
+  // AT_EMPTY_PATH where /proc is not mounted (needs CAP_DAC_READ_SEARCH on older kernels).
+  if (linkat(AT_FDCWD, proc, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+  int err = errno;
+  if (err == EEXIST) return false;
+  if (linkat(mapping.fd(), "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH) == 0) return true;
+  const int err2 = errno;
+  if (err2 == EEXIST) return false;
+  err = err == ENOENT ? err2 : err;
+  throw_system(channel, "cannot name the new object " + path + " (linkat)", err);
 }
 
 void write_header(SegmentHeader& h, std::string_view channel, const Geometry& geo,
@@ -187,6 +208,8 @@ void write_header(SegmentHeader& h, std::string_view channel, const Geometry& ge
   h.frame_stride = geo.frame_stride;
   h.frames_segment_bytes = geo.frames_segment_bytes;
   h.segment_bytes = geo.segment_bytes;
+  h.frames_offset = geo.frames_offset;
+  h.object_bytes = geo.object_bytes;
   h.producer_offset = geo.producer_offset;
   h.reader_table_offset = geo.reader_table_offset;
   h.slot_table_offset = geo.slot_table_offset;
@@ -205,7 +228,7 @@ void publish_header(SegmentHeader& h) noexcept {
 }
 
 Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
-                         std::string_view channel) {
+                         std::string_view channel, bool whole_object) {
   const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
   auto mismatch = [&](const char* what, std::uint64_t found, std::uint64_t expected) {
     throw Error(Errc::version_mismatch, ch + what + " is " + std::to_string(found) +
@@ -277,9 +300,12 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   expect("slot_table_offset", h.slot_table_offset, g.slot_table_offset);
   expect("log_offset", h.log_offset, g.log_offset);
   expect("cuda_offset", h.cuda_offset, g.cuda_offset);
-  if (segment_bytes != g.segment_bytes) {
+  expect("frames_offset", h.frames_offset, g.frames_offset);
+  expect("object_bytes", h.object_bytes, g.object_bytes);
+  const std::uint64_t want = whole_object ? g.object_bytes : g.segment_bytes;
+  if (segment_bytes != want) {
     corrupt("the object is " + std::to_string(segment_bytes) + " bytes but its header says " +
-            std::to_string(g.segment_bytes));
+            std::to_string(want));
   }
   if (std::memchr(h.name, 0, sizeof h.name) == nullptr) corrupt("name is not NUL-terminated");
   if (std::string_view(h.name) != channel) {
@@ -291,111 +317,183 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
 OpenedSegment open_segment(std::string_view channel) {
   validate_name(channel);
   const std::string object = control_object_name(channel);
-  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
-  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  // Bounded wait for a creator still between O_EXCL and publish_header (about one second).
-  for (int attempt = 0;; ++attempt) {
-    const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-      const int err = errno;
-      if (err == ENOENT) {
-        throw Error(Errc::not_found, ch + "no such channel (/dev/shm/" + object +
-                                         " does not exist); is its producer running?");
-      }
-      throw_system(channel, "cannot open /dev/shm/" + object, err);
+  const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      throw Error(Errc::not_found, "ipcring: channel '" + std::string(channel) +
+                                       "': no such channel (/dev/shm/" + object +
+                                       " does not exist); is its producer running?");
     }
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-      const int err = errno;
-      close(fd);
-      throw_system(channel, "fstat", err);
-    }
-    // Owner and mode before mapping: a segment of another user is refused unless its creator
-    // opened it to group or others on purpose, and never when it is world-writable.
-    const unsigned mode = st.st_mode & 07777;
-    if ((mode & 0002) != 0 || (mode & 07000) != 0) {
-      close(fd);
-      throw Error(Errc::permission_denied,
-                  ch + "refusing /dev/shm/" + object + " with unsafe mode " + hex32(mode));
-    }
-    if (st.st_uid != geteuid() && geteuid() != 0 && (mode & 0060) != 0060) {
-      close(fd);
-      throw Error(Errc::permission_denied, ch + "/dev/shm/" + object + " belongs to uid " +
-                                               std::to_string(st.st_uid) + " (mode " + hex32(mode) +
-                                               "), not to this process's uid " +
-                                               std::to_string(geteuid()));
-    }
-    const auto size = static_cast<std::uint64_t>(st.st_size);
-    const bool too_small = size < sizeof(SegmentHeader) + sizeof(ProducerBlock);
-    if (!too_small) {
-      // Reuse this process's mapping of the same object if there is one.
-      std::lock_guard lock(g_registry_mutex);
-      auto it = registry().find({st.st_dev, st.st_ino});
-      if (it != registry().end()) {
-        if (auto existing = it->second.lock()) {
-          close(fd);
-          return OpenedSegment{existing, static_cast<std::uint32_t>(st.st_uid), mode};
-        }
-      }
-    }
-    if (!too_small) {
-      void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (base == MAP_FAILED) {
-        const int err = errno;
-        close(fd);
-        throw_system(channel, "mmap of " + std::to_string(size) + " bytes", err);
-      }
-      auto* header = static_cast<SegmentHeader*>(base);
-      // (H2) acquire, pairs with (H1): the creator's initialisation is visible once magic is.
-      const std::uint64_t magic = header->magic.load(std::memory_order_acquire);
-      if (magic == kMagic) {
-        auto mapping =
-            std::make_shared<Mapping>(std::string(channel), fd, base, size, st.st_dev, st.st_ino);
-        // Validate a private copy: the shared header could change under us.
-        SegmentHeader copy;
-        std::memcpy(static_cast<void*>(&copy), base, sizeof copy);
-        const Geometry g = validate_header(copy, size, channel);
-        (void)page;
-        mapping->view = SegmentView{static_cast<unsigned char*>(base), g};
-        std::lock_guard lock(g_registry_mutex);
-        auto& slot = registry()[{st.st_dev, st.st_ino}];
-        if (auto existing = slot.lock())
-          return {existing, static_cast<std::uint32_t>(st.st_uid), mode};
-        slot = mapping;
-        return OpenedSegment{mapping, static_cast<std::uint32_t>(st.st_uid), mode};
-      }
-      munmap(base, size);
-      if (magic != 0) {
-        close(fd);
-        throw Error(Errc::version_mismatch, ch +
-                                                "not an ipcring segment of this family: magic is " +
-                                                hex32(magic) + ", expected " + hex32(kMagic));
-      }
-    }
+    throw_system(channel, "cannot open /dev/shm/" + object, err);
+  }
+  try {
+    OpenedSegment opened = open_segment_fd(channel, fd);
     close(fd);
-    if (attempt >= 100) {
-      throw Error(Errc::not_ready, ch + "/dev/shm/" + object +
-                                       " was never finished by its creator (size " +
-                                       std::to_string(size) +
-                                       ", no magic); it probably died while creating it. Remove it "
-                                       "with 'ringdump rm --force " +
-                                       std::string(channel) + "'");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return opened;
+  } catch (...) {
+    close(fd);
+    throw;
   }
 }
 
-bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
+OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
+  const std::string object = control_object_name(channel);
+  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
   struct stat st {};
-  const std::string path = shm_path(control_object_name(channel));
-  if (stat(path.c_str(), &st) != 0) return false;
-  return st.st_dev == dev && st.st_ino == ino;
+  if (fstat(object_fd, &st) != 0) throw_system(channel, "fstat", errno);
+  // Owner and mode before reading anything: a segment of another user is refused unless its
+  // creator opened it to group or others on purpose, and never when it is world-writable.
+  const unsigned mode = st.st_mode & 07777;
+  if ((mode & 0002) != 0 || (mode & 07000) != 0) {
+    throw Error(Errc::permission_denied,
+                ch + "refusing /dev/shm/" + object + " with unsafe mode " + hex32(mode));
+  }
+  if (st.st_uid != geteuid() && geteuid() != 0 && (mode & 0060) != 0060) {
+    throw Error(Errc::permission_denied, ch + "/dev/shm/" + object + " belongs to uid " +
+                                             std::to_string(st.st_uid) + " (mode " + hex32(mode) +
+                                             "), not to this process's uid " +
+                                             std::to_string(geteuid()));
+  }
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  {
+    // Reuse this process's mapping of the same object if there is one.
+    std::lock_guard lock(g_registry_mutex);
+    auto it = registry().find({st.st_dev, st.st_ino});
+    if (it != registry().end()) {
+      if (auto existing = it->second.lock()) {
+        return OpenedSegment{existing, static_cast<std::uint32_t>(st.st_uid), mode};
+      }
+    }
+  }
+  // The header is read with pread, not through a mapping: a short or sparse object (on a full
+  // tmpfs a touch of an unbacked page is SIGBUS) cannot hurt a read.
+  SegmentHeader copy;
+  std::memset(static_cast<void*>(&copy), 0, sizeof copy);
+  const ssize_t got = pread(object_fd, &copy, sizeof copy, 0);
+  if (got < 0) throw_system(channel, "pread of the header", errno);
+  if (static_cast<std::size_t>(got) < sizeof copy) {
+    const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
+    if (magic == 0) {
+      throw Error(Errc::not_ready,
+                  ch + "/dev/shm/" + object + " is " + std::to_string(size) +
+                      " bytes and has no header; ipcring names an object only once it is "
+                      "complete, so this one was not made by this version's Producer::create. "
+                      "Remove it with 'ringdump rm --force " +
+                      std::string(channel) + "'");
+    }
+    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: the object is " +
+                                           std::to_string(size) +
+                                           " bytes, smaller than its header");
+  }
+  // A first look at magic in the private copy; the acquire load that orders our later loads
+  // (H2) is made through the mapping below.
+  const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
+  if (magic == 0) {
+    throw Error(Errc::not_ready,
+                ch + "/dev/shm/" + object +
+                    " has no magic: ipcring names an object only once it "
+                    "is complete, so this one was not made by this version's Producer::create (an "
+                    "older version's creator that died?). Remove it with 'ringdump rm --force " +
+                    std::string(channel) + "'");
+  }
+  if (magic != kMagic) {
+    throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
+                                            hex32(magic) + ", expected " + hex32(kMagic));
+  }
+  const Geometry g = validate_header(copy, size, channel, true);
+  // Every page must be backed: a sparse object could SIGBUS on a full /dev/shm when touched.
+  if (static_cast<std::uint64_t>(st.st_blocks) * 512 < size) {
+    throw Error(Errc::corrupt_segment,
+                ch + "corrupt control segment: /dev/shm/" + object + " is " + std::to_string(size) +
+                    " bytes but only " +
+                    std::to_string(static_cast<std::uint64_t>(st.st_blocks) * 512) +
+                    " are backed by memory; touching the rest could kill this process (SIGBUS)");
+  }
+  const int fd = fcntl(object_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_system(channel, "dup", errno);
+  void* base = mmap(nullptr, g.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    throw_system(channel, "mmap of " + std::to_string(g.segment_bytes) + " bytes", err);
+  }
+  // (H2) acquire, pairs with (H1): everything the creator wrote before magic is visible to our
+  // loads through this mapping. (The name appeared only after (H1), so magic is set.)
+  if (static_cast<SegmentHeader*>(base)->magic.load(std::memory_order_acquire) != kMagic) {
+    munmap(base, g.segment_bytes);
+    close(fd);
+    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: magic changed while opening");
+  }
+  auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, g.segment_bytes,
+                                           st.st_dev, st.st_ino);
+  mapping->view = SegmentView{static_cast<unsigned char*>(base), g, fd};
+  std::lock_guard lock(g_registry_mutex);
+  auto& slot = registry()[{st.st_dev, st.st_ino}];
+  if (auto existing = slot.lock()) return {existing, static_cast<std::uint32_t>(st.st_uid), mode};
+  slot = mapping;
+  return OpenedSegment{mapping, static_cast<std::uint32_t>(st.st_uid), mode};
 }
 
-bool unlink_channel_objects(std::string_view channel) noexcept {
-  const bool control = shm_unlink(control_object_name(channel).c_str()) == 0;
-  const bool frames = shm_unlink(frames_object_name(channel).c_str()) == 0;
-  return control || frames;
+namespace {
+bool still_named_object(const std::string& object, dev_t dev, ino_t ino) noexcept {
+  struct stat st {};
+  if (stat(shm_path(object).c_str(), &st) != 0) return false;
+  return st.st_dev == dev && st.st_ino == ino;
+}
+}  // namespace
+
+bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
+  return still_named_object(control_object_name(channel), dev, ino);
+}
+
+bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept {
+  struct stat st {};
+  if (stat(shm_path(object).c_str(), &st) != 0) return false;
+  if (st.st_dev != dev || st.st_ino != ino) return false;
+  return shm_unlink(object.c_str()) == 0;
+}
+
+bool remove_object(std::string_view channel, const std::string& object, bool validate,
+                   const std::function<void(const RemovalCandidate&)>& verify) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      if (errno == ENOENT) return false;
+      throw_system(channel, "cannot open /dev/shm/" + object, errno);
+    }
+    struct FdCloser {
+      int fd;
+      ~FdCloser() { close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (fstat(fd, &st) != 0) throw_system(channel, "fstat", errno);
+    RepairLock lock;
+    if (!lock.acquire(fd, std::chrono::milliseconds(2000))) {
+      throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(channel) +
+                                          "': the repair lock of /dev/shm/" + object +
+                                          " stayed taken for 2 s; not removing it");
+    }
+    // Under the lock, the name can change only through a process that does not follow the
+    // protocol: every remover takes this lock, and a creator only names an absent name.
+    if (!still_named_object(object, st.st_dev, st.st_ino)) continue;  // replaced: look again
+    RemovalCandidate candidate;
+    OpenedSegment opened;
+    std::optional<Error> error;
+    if (validate) {
+      try {
+        opened = open_segment_fd(channel, fd);
+        candidate.opened = &opened;
+      } catch (const Error& e) {
+        error = e;
+        candidate.error = &*error;
+      }
+    }
+    verify(candidate);  // throws to refuse
+    return unlink_name_if(object, st.st_dev, st.st_ino);
+  }
+  throw Error(Errc::system_error, "ipcring: channel '" + std::string(channel) + "': /dev/shm/" +
+                                      object + " kept changing while we tried to remove it");
 }
 
 }  // namespace ipcring::detail

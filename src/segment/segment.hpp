@@ -1,10 +1,17 @@
-// segment.hpp — creating, opening and validating a channel's control segment.
+// segment.hpp — creating, naming, opening, validating and removing a channel's object.
 //
-// Creation: shm_open(O_CREAT|O_EXCL) with the requested mode set again by fchmod (the umask must
-// not change it), ftruncate to the full size, then the creator fills the segment and stores
-// `magic` last with release ordering (publish_header). Opening: fstat owner, mode and size before
-// mapping; then wait (bounded) for magic with acquire ordering; then check the layout version,
-// type sizes, libc identity and every geometry field against the layout recomputed locally.
+// Creation with evidence (docs/protocol.md, "Names"): the object is made nameless
+// (open(O_TMPFILE) in /dev/shm), its mode set by fchmod (the umask must not change it), its whole
+// size reserved with fallocate (no later page fault can SIGBUS), the creator fills it, locks its
+// producer lease and stores `magic` last with release ordering (publish_header); only then does it
+// get its name, with linkat(), which fails with EEXIST instead of replacing anything. Nobody can
+// find an unfinished object, so there is no "creator stalled or dead?" question to answer.
+// Opening: fstat owner, mode, size and backing, read the header with pread (never through a
+// mapping of an object that may be short or unbacked), check magic, layout version, type sizes,
+// libc identity and every geometry field against the layout recomputed locally; then map.
+// Removal: under the object's repair lock (lease.hpp), after checking that the name still refers
+// to that very object (device and inode), so a name is never removed on the strength of a check
+// made on another object.
 //
 // One mapping per control segment per process: a process-wide registry keyed by (device, inode)
 // hands out the existing mapping to a second Producer/Reader/inspect of the same channel.
@@ -13,17 +20,19 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "ipcring/config.hpp"
+#include "ipcring/error.hpp"
 #include "segment/layout.hpp"
 
 namespace ipcring::detail {
 
+// The one name of a channel (layout 2 and earlier also had "ipcring.<channel>.frames").
 std::string control_object_name(std::string_view channel);  // "ipcring.<channel>"
-std::string frames_object_name(std::string_view channel);   // "ipcring.<channel>.frames"
 std::string shm_path(const std::string& object_name);       // "/dev/shm/<object>"
 
 // A mapping of one control segment, shared by every object of this process that uses it.
@@ -35,6 +44,7 @@ class Mapping {
   Mapping& operator=(const Mapping&) = delete;
 
   const std::string& name() const noexcept { return name_; }
+  int fd() const noexcept { return fd_; }
   unsigned char* base() const noexcept { return static_cast<unsigned char*>(base_); }
   std::size_t size() const noexcept { return size_; }
   dev_t device() const noexcept { return dev_; }
@@ -56,10 +66,13 @@ struct OpenedSegment {
   std::uint32_t mode = 0;
 };
 
-// Creates the control segment with O_EXCL. Returns nullptr when the name exists already. The
-// caller initialises the segment and then calls publish_header(). Throws Error otherwise.
+// Creates a nameless object of geo.object_bytes (reserved in full) and maps its control segment.
+// The caller initialises it, calls publish_header(), then link_segment(). Throws Error (no_space
+// with the bytes needed and free, and the Docker fix, when /dev/shm is too small).
 std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
                                         unsigned mode);
+// Gives a finished object its name. False when the name exists (nothing was replaced).
+bool link_segment(const Mapping& mapping, std::string_view channel);
 // Fills the header's identity and geometry fields (not magic).
 void write_header(SegmentHeader& h, std::string_view channel, const Geometry& geo,
                   const ChannelConfig& config);
@@ -69,12 +82,15 @@ void publish_header(SegmentHeader& h) noexcept;
 // Opens and validates an existing control segment. Throws Error: not_found, permission_denied,
 // version_mismatch, corrupt_segment, not_ready.
 OpenedSegment open_segment(std::string_view channel);
+// The same for an object already open as `fd` (not consumed).
+OpenedSegment open_segment_fd(std::string_view channel, int fd);
 
 // Validates a header copy against the layout rules; returns the geometry or throws Error naming
 // the channel and the values. `segment_bytes` is the size of the object as fstat saw it. Exposed
 // for the fuzz target.
+// `whole_object`: segment_bytes is the whole object's size (else an image of the control segment).
 Geometry validate_header(const SegmentHeader& header, std::uint64_t segment_bytes,
-                         std::string_view channel);
+                         std::string_view channel, bool whole_object = false);
 
 // Fixed identity of this build's C library and architecture, as written in headers.
 const char* libc_identity() noexcept;
@@ -82,7 +98,20 @@ const char* libc_identity() noexcept;
 // True when /dev/shm/ipcring.<channel> is the object (dev, ino).
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept;
 
-// Unlinks the control and frames objects of a channel. Returns false when neither existed.
-bool unlink_channel_objects(std::string_view channel) noexcept;
+// Removes the name /dev/shm/<object> if it still refers to (dev, ino). Precondition: the caller
+// holds the repair lock of (dev, ino), which every remover takes, so the name cannot change between
+// the check and the unlink. Returns true when removed.
+bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept;
+
+// What removal found under the repair lock: the object (validated, or the error validating it).
+struct RemovalCandidate {
+  const OpenedSegment* opened = nullptr;  // null when it could not be validated
+  const Error* error = nullptr;           // why not
+};
+// Opens /dev/shm/<object>, takes its repair lock, checks the name still refers to it, calls
+// `verify` (which throws to refuse), and removes the name. False when there is no such name.
+// Throws Error(channel_busy) when the repair lock stays taken.
+bool remove_object(std::string_view channel, const std::string& object, bool validate,
+                   const std::function<void(const RemovalCandidate&)>& verify);
 
 }  // namespace ipcring::detail

@@ -40,6 +40,8 @@ std::uint64_t layout_fingerprint() {
   PIN(SegmentHeader, cuda_offset);
   PIN(SegmentHeader, cuda_uuid);
   PIN(SegmentHeader, name);
+  PIN(SegmentHeader, frames_offset);
+  PIN(SegmentHeader, object_bytes);
   mix(sizeof(ProducerBlock));
   PIN(ProducerBlock, lease);
   PIN(ProducerBlock, lease_word);
@@ -48,7 +50,7 @@ std::uint64_t layout_fingerprint() {
   PIN(ProducerBlock, head);
   PIN(ProducerBlock, wake);
   PIN(ProducerBlock, published);
-  PIN(ProducerBlock, waiters);
+  PIN(ProducerBlock, waiting);
   mix(sizeof(ReaderEntry));
   PIN(ReaderEntry, lease);
   PIN(ReaderEntry, lease_word);
@@ -92,8 +94,8 @@ TEST_CASE("the shared-memory layout matches its version") {
   INFO("layout fingerprint is 0x"
        << std::hex << fp
        << ": if you changed the layout on purpose, bump kLayoutVersion and record it here");
-  CHECK(kLayoutVersion == 2);
-  CHECK(fp == 0x531aa7f0b53da71fULL);
+  CHECK(kLayoutVersion == 3);
+  CHECK(fp == 0xe2e012d66b423d77ULL);
 }
 
 TEST_CASE("geometry places every block on its own lines, within the segment") {
@@ -117,6 +119,10 @@ TEST_CASE("geometry places every block on its own lines, within the segment") {
           CHECK(g.frame_stride % 4096 == 0);
           CHECK(g.frames_segment_bytes == g.frame_stride * slots);
         }
+        // One object: the frame pool follows the control segment, page-aligned.
+        CHECK(g.frames_offset == g.segment_bytes);
+        CHECK(g.frames_offset % 4096 == 0);
+        CHECK(g.object_bytes == g.frames_offset + g.frames_segment_bytes);
       }
     }
   }

@@ -1,12 +1,12 @@
-// host_pool.cpp — the host backend: `slots` page-aligned frame buffers in one POSIX shared-memory
-// object, /dev/shm/ipcring.<name>.frames. The producer maps it read-write; readers map it
-// read-only, so a buggy reader cannot corrupt what other readers see. Slot i uses buffer i.
+// host_pool.cpp — the host backend: `slots` page-aligned frame buffers in the channel's one
+// shared-memory object, at frames_offset after the control segment. The producer maps that range
+// read-write; readers map it read-only, so a buggy reader cannot corrupt what other readers see.
+// Slot i uses buffer i.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
 
@@ -15,8 +15,6 @@
 #include "ipcring/error.hpp"
 #include "segment/segment.hpp"
 
-namespace bip = boost::interprocess;
-
 namespace ipcring::detail {
 
 namespace {
@@ -24,49 +22,23 @@ namespace {
 class HostMapping {
  public:
   HostMapping(const PoolRequest& req, bool writable) : bytes_(req.view.geo.frames_segment_bytes) {
-    const std::string object = frames_object_name(req.name);
     const std::string ch = "ipcring: channel '" + req.name + "': ";
-    try {
-      if (req.create) {
-        // A frames object left behind by a crashed producer of an earlier channel of this name is
-        // garbage (its control segment is gone, or we would not be creating one): replace it.
-        bip::shared_memory_object::remove(object.c_str());
-        bip::shared_memory_object shm(bip::create_only, object.c_str(), bip::read_write,
-                                      bip::permissions(static_cast<int>(req.mode & 0777)));
-        shm.truncate(static_cast<bip::offset_t>(bytes_));
-        fd_ = dup(shm.get_mapping_handle().handle);
-      } else {
-        bip::shared_memory_object shm(bip::open_only, object.c_str(),
-                                      writable ? bip::read_write : bip::read_only);
-        fd_ = dup(shm.get_mapping_handle().handle);
-      }
-    } catch (const bip::interprocess_exception& e) {
-      throw Error(e.get_error_code() == bip::not_found_error ? Errc::not_found : Errc::system_error,
-                  ch + "frame pool /dev/shm/" + object + ": " + e.what());
+    if (req.view.fd < 0) {
+      throw Error(Errc::invalid_argument, ch + "the host frame pool needs the channel's object");
     }
-    if (fd_ < 0) throw Error(Errc::system_error, ch + "dup: " + errno_text(errno));
-    struct stat st {};
-    if (fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != bytes_) {
-      const auto found = static_cast<unsigned long long>(st.st_size);
-      close(fd_);
-      throw Error(Errc::corrupt_segment, ch + "frame pool /dev/shm/" + object + " is " +
-                                             std::to_string(found) + " bytes, expected " +
-                                             std::to_string(bytes_));
-    }
-    base_ =
-        mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_, 0);
+    // The frame pool is a range of the channel's one object (no second name). The opener checked
+    // the object's size and backing against the validated geometry before we get here.
+    base_ = mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                 req.view.fd, static_cast<off_t>(req.view.geo.frames_offset));
     if (base_ == MAP_FAILED) {
       const int err = errno;
-      close(fd_);
-      throw Error(Errc::system_error, ch + "mmap of the frame pool (" + std::to_string(bytes_) +
-                                          " bytes): " + errno_text(err));
+      throw Error(Errc::system_error,
+                  ch + "mmap of the frame pool (" + std::to_string(bytes_) + " bytes at offset " +
+                      std::to_string(req.view.geo.frames_offset) + "): " + errno_text(err));
     }
     stride_ = req.view.geo.frame_stride;
   }
-  ~HostMapping() {
-    munmap(base_, bytes_);
-    close(fd_);
-  }
+  ~HostMapping() { munmap(base_, bytes_); }
   HostMapping(const HostMapping&) = delete;
   HostMapping& operator=(const HostMapping&) = delete;
 
@@ -77,7 +49,6 @@ class HostMapping {
  private:
   std::uint64_t bytes_;
   std::uint64_t stride_ = 0;
-  int fd_ = -1;
   void* base_ = nullptr;
 };
 
@@ -104,25 +75,11 @@ class HostReaderPool final : public ReaderPool {
 }  // namespace
 
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request) {
-  PoolRequest req = request;
-  if (!req.create) {
-    // Takeover: reuse the existing pool; if it vanished, make a new one.
-    try {
-      return std::make_unique<HostProducerPool>(req);
-    } catch (const Error& e) {
-      if (e.code() != Errc::not_found) throw;
-      req.create = true;
-    }
-  }
-  return std::make_unique<HostProducerPool>(req);
+  return std::make_unique<HostProducerPool>(request);
 }
 
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request) {
   return std::make_unique<HostReaderPool>(request);
-}
-
-void remove_host_frames(const std::string& name) noexcept {
-  shm_unlink(frames_object_name(name).c_str());
 }
 
 }  // namespace ipcring::detail
