@@ -20,6 +20,9 @@ struct ChannelConfig {
   // Dead readers are reaped when a loan finds no free slot and at least this often while the
   // producer loans frames.
   std::chrono::nanoseconds reap_period = std::chrono::milliseconds(100);
+  // User metadata each frame can carry (Loan::set_metadata), 0..4096 bytes; it lives in the
+  // control segment beside each slot's frame header.
+  std::uint32_t metadata_bytes = 256;
 
   // The sizing rule: with slots >= max_readers * max_held + 2, loan() never fails, whatever the
   // readers do.
@@ -41,6 +44,12 @@ struct ReaderOptions {
   // While sleeping, the producer's lease is probed this often, so a dead producer is reported as
   // Status::producer_gone within about this time.
   std::chrono::nanoseconds producer_probe = std::chrono::milliseconds(100);
+  // Host backend: map the frame pool copy-on-write instead of read-only. A write through a
+  // frame's pointer then changes this process's private copy of the touched pages only (never
+  // the producer's buffer or other readers' view) instead of faulting, and release discards the
+  // copies (one madvise system call per release). Used by the Python module, whose tensors
+  // cannot be marked read-only.
+  bool copy_on_write = false;
 };
 
 }  // namespace ipcring

@@ -1,6 +1,14 @@
 // host_pool.cpp — the host backend: `slots` page-aligned frame buffers in one POSIX shared-memory
 // object, /dev/shm/ipcring.<name>.frames. The producer maps it read-write; readers map it
 // read-only, so a buggy reader cannot corrupt what other readers see. Slot i uses buffer i.
+//
+// A reader attached with ReaderOptions::copy_on_write maps the object MAP_PRIVATE and writable
+// instead (its descriptor is still opened read-only): reads see the shared pages, a write copies
+// the touched page into the reader's process only, and releasing a frame discards those copies
+// (MADV_DONTNEED on a private file mapping refills the range from the object), so the next frame
+// of the slot shows the producer's bytes again. That lets a consumer that writes into a frame
+// (an in-place tensor op from Python) change its own view without a fault and without touching
+// what the producer and the other readers see.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -23,7 +31,8 @@ namespace {
 
 class HostMapping {
  public:
-  HostMapping(const PoolRequest& req, bool writable) : bytes_(req.view.geo.frames_segment_bytes) {
+  HostMapping(const PoolRequest& req, bool writable, bool copy_on_write = false)
+      : bytes_(req.view.geo.frames_segment_bytes) {
     const std::string object = frames_object_name(req.name);
     const std::string ch = "ipcring: channel '" + req.name + "': ";
     try {
@@ -53,8 +62,8 @@ class HostMapping {
                                              std::to_string(found) + " bytes, expected " +
                                              std::to_string(bytes_));
     }
-    base_ =
-        mmap(nullptr, bytes_, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd_, 0);
+    base_ = mmap(nullptr, bytes_, writable || copy_on_write ? PROT_READ | PROT_WRITE : PROT_READ,
+                 copy_on_write ? MAP_PRIVATE : MAP_SHARED, fd_, 0);
     if (base_ == MAP_FAILED) {
       const int err = errno;
       close(fd_);
@@ -72,6 +81,10 @@ class HostMapping {
 
   std::byte* at(std::uint32_t slot) const noexcept {
     return static_cast<std::byte*>(base_) + std::uint64_t{slot} * stride_;
+  }
+  // Copy-on-write mappings: drop this process's private copies of slot's pages.
+  void discard_private_copies(std::uint32_t slot) const noexcept {
+    madvise(at(slot), stride_, MADV_DONTNEED);
   }
 
  private:
@@ -92,13 +105,21 @@ class HostProducerPool final : public ProducerPool {
 
 class HostReaderPool final : public ReaderPool {
  public:
-  explicit HostReaderPool(const PoolRequest& req) : map_(req, false) {}
+  explicit HostReaderPool(const PoolRequest& req)
+      : map_(req, false, req.copy_on_write), copy_on_write_(req.copy_on_write) {}
   const std::byte* buffer(std::uint32_t slot, std::uint64_t, std::uint64_t) noexcept override {
     return map_.at(slot);
+  }
+  // Called at every release, before the reader's bit is cleared: the private copies go while the
+  // slot is still held, so no later frame of the slot can show them. One system call per release,
+  // only for copy-on-write readers (the option documents it).
+  void release_fence(std::uint32_t slot, std::uint32_t, CudaStream) noexcept override {
+    if (copy_on_write_) map_.discard_private_copies(slot);
   }
 
  private:
   HostMapping map_;
+  bool copy_on_write_;
 };
 
 }  // namespace
