@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ipcring/tensor.hpp"
+
 namespace ipcring::pattern {
 
 inline std::uint64_t word(std::uint64_t sequence, std::uint64_t k) noexcept {
@@ -35,6 +37,11 @@ inline std::size_t first_mismatch(const std::byte* p, std::size_t bytes,
 
 inline bool check(const std::byte* p, std::size_t bytes, std::uint64_t sequence) noexcept {
   return first_mismatch(p, bytes, sequence) == SIZE_MAX;
+}
+
+// The tensor a pattern frame of `bytes` bytes is: bytes / 8 uint64 words.
+inline TensorDesc tensor(std::size_t bytes) noexcept {
+  return TensorDesc::contiguous(DType::uint, 64, {static_cast<std::int64_t>(bytes / 8)});
 }
 
 }  // namespace ipcring::pattern

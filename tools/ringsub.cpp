@@ -68,7 +68,7 @@ int run(int argc, char** argv) {
   const auto end = duration_s > 0
                        ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
                        : steady_clock::time_point::max();
-  std::uint64_t frames = 0, corrupt = 0, gone = 0;
+  std::uint64_t frames = 0, corrupt = 0, gone = 0, untyped = 0;
   std::uint64_t last_seq = 0;
   while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
     const auto now = steady_clock::now();
@@ -92,6 +92,13 @@ int run(int argc, char** argv) {
     ++frames;
     const std::uint64_t seq = f->sequence();
     bool bad = !ipcring::pattern::check(f->data(), f->size(), seq);
+    // ringpub describes its frames as uint64 words; a frame without that tensor is counted (a
+    // producer other than ringpub), one with another tensor is corrupt.
+    if (const auto t = f->tensor()) {
+      if (!(*t == ipcring::pattern::tensor(f->size()))) bad = true;
+    } else {
+      ++untyped;
+    }
     if (seq <= last_seq) bad = true;  // sequences only grow
     last_seq = seq;
     if (hold_ms > 0) std::this_thread::sleep_for(duration<double, std::milli>(hold_ms));
@@ -108,10 +115,11 @@ int run(int argc, char** argv) {
   const double secs = duration_cast<duration<double>>(steady_clock::now() - start).count();
   std::printf(
       "ringsub %s [%s, hold %.1f ms]: frames=%llu overruns=%llu corrupt=%llu last_sequence=%llu "
-      "producer_gone=%llu seconds=%.2f\n",
+      "producer_gone=%llu untyped=%llu seconds=%.2f\n",
       name.c_str(), policy.c_str(), hold_ms, static_cast<unsigned long long>(frames),
       static_cast<unsigned long long>(reader->overruns()), static_cast<unsigned long long>(corrupt),
-      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs);
+      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone),
+      static_cast<unsigned long long>(untyped), secs);
   std::fflush(stdout);
   return corrupt != 0 ? 1 : 0;
 }
