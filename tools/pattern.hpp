@@ -39,9 +39,11 @@ inline bool check(const std::byte* p, std::size_t bytes, std::uint64_t sequence)
   return first_mismatch(p, bytes, sequence) == SIZE_MAX;
 }
 
-// The tensor a pattern frame of `bytes` bytes is: bytes / 8 uint64 words.
+// The tensor ringpub publishes its pattern frames as: `bytes` uint8 elements. (The pattern is
+// made of 64-bit words, but uint64 is a type PyTorch 1.13 cannot import through DLPack, and the
+// demo's consumers are PyTorch readers.)
 inline TensorDesc tensor(std::size_t bytes) noexcept {
-  return TensorDesc::contiguous(DType::uint, 64, {static_cast<std::int64_t>(bytes / 8)});
+  return TensorDesc::contiguous(DType::uint, 8, {static_cast<std::int64_t>(bytes)});
 }
 
 }  // namespace ipcring::pattern

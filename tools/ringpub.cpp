@@ -68,7 +68,7 @@ int run(int argc, char** argv) {
       continue;
     }
     ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
-    // The pattern is little-endian 64-bit words: say so, so readers and ringdump see a tensor.
+    // Describe the frame (uint8 bytes) and when it was made, so readers and ringdump see both.
     loan->set_tensor(ipcring::pattern::tensor(cfg.frame_bytes));
     loan->set_capture_time_ns(static_cast<std::uint64_t>(
         duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()));
