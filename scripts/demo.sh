@@ -27,6 +27,10 @@ c=$!
 sleep 1
 echo "== one second in, ringdump shows the channel:"
 "$bin/ringdump" show "$name" || true
+echo "== ringdump echo: one frame as a reader sees it (header, tensor, metadata, values)"
+"$bin/ringdump" echo "$name" --count 1 --elements 64 || true
+echo "== ringdump hz: the publication rate from the frames' publish times"
+"$bin/ringdump" hz "$name" --count 1 --interval 0.5 || true
 status=0
 wait "$pub" || status=1
 for p in $a $b $c; do wait "$p" || status=1; done
@@ -45,6 +49,9 @@ What this means:
 - The 'latest' readers skip to the newest frame (frames counts what they took); the 'sequential'
   reader takes every frame in order, and overruns counts frames the producer had to recycle
   before that reader (holding each frame 5 ms, so at most ~200 frames/s) got to them.
+- Each frame carries a tensor description (uint8 bytes, as ringpub describes its pattern) and a
+  capture time: 'ringdump echo' shows them with the frame, 'ringdump show' per slot, and the
+  readers' DELAY_P50/P99 columns say how long after publication each reader claimed its frames.
 - producer_gone=1: the producer's clean exit, seen once by each reader; the channel was removed.
 TXT
 exit $status
