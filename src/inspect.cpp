@@ -55,9 +55,16 @@ namespace detail {
 namespace {
 
 // The frame header of slot i, when it names the slot's sequence; validated like a reader does
-// (an invalid tensor is a problem, not a value).
-void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, SlotInfo& si,
-                                std::vector<std::string>& problems) {
+// (an invalid tensor is a problem, not a value). `state` is the slot word read before: a value
+// found invalid is reported only if the slot still holds that publication afterwards (the
+// producer may have reclaimed the slot and be rewriting the header while we read it).
+void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, std::uint64_t state,
+                                SlotInfo& si, std::vector<std::string>& problems) {
+  auto unchanged = [&] {  // same publication: same generation, not reclaimed (readers may come)
+    const std::uint64_t now = view.slot(i).state.load(std::memory_order_acquire);
+    return SlotWord::generation(now) == SlotWord::generation(state) && !SlotWord::writing(now) &&
+           view.frame_header(i).sequence.load(std::memory_order_relaxed) == si.sequence;
+  };
   if (si.sequence == 0) return;
   const FrameHeader& fh = view.frame_header(i);
   if (fh.sequence.load(std::memory_order_relaxed) != si.sequence) return;
@@ -65,7 +72,7 @@ void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, SlotIn
   const std::uint32_t mb = fh.metadata_bytes.load(std::memory_order_relaxed);
   if (mb <= view.geo.metadata_bytes) {
     si.metadata_bytes = mb;
-  } else {
+  } else if (unchanged()) {
     problems.push_back("slot " + std::to_string(i) + " claims " + std::to_string(mb) +
                        " metadata bytes of " + std::to_string(view.geo.metadata_bytes));
   }
@@ -85,7 +92,7 @@ void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, SlotIn
   if (t.ndim <= kMaxTensorDims && tensor_fits(t, si.bytes)) {
     si.has_tensor = true;
     si.tensor = t;
-  } else if (si.state != SlotState::writing) {
+  } else if (si.state != SlotState::writing && unchanged()) {
     problems.push_back("slot " + std::to_string(i) + " has an invalid tensor descriptor (" +
                        t.dtype_name() + ", ndim " + std::to_string(t.ndim) + ") for " +
                        std::to_string(si.bytes) + " bytes");
@@ -203,7 +210,6 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     si.epoch = slot.epoch.load(std::memory_order_relaxed);
     si.bytes = slot.bytes.load(std::memory_order_relaxed);
     si.timestamp_ns = slot.timestamp_ns.load(std::memory_order_relaxed);
-    read_frame_header_estimate(view, i, si, s.problems);
     if (SlotWord::writing(w)) {
       si.state = SlotState::writing;
     } else if (si.reader_mask != 0) {
@@ -213,6 +219,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     } else {
       si.state = SlotState::empty;
     }
+    read_frame_header_estimate(view, i, w, si, s.problems);
     if ((si.reader_mask & ~valid_bits) != 0) {
       s.problems.push_back("slot " + std::to_string(i) + " has reader bits beyond max_readers: " +
                            hex(si.reader_mask & ~valid_bits));

@@ -127,7 +127,7 @@ TEST_CASE("a tensor descriptor, capture time and metadata travel with the frame"
   loan->set_capture_time_ns(123456789);
   const std::string meta(200, 'm');  // beyond the 64 bytes of earlier layouts
   CHECK(loan->set_metadata(std::as_bytes(std::span(meta.data(), meta.size()))));
-  p.publish(std::move(*loan), 480 * 640 * 3);
+  p.publish(std::move(*loan), std::size_t{480} * 640 * 3);
   auto f = r.try_read();
   REQUIRE(f);
   REQUIRE(f->tensor());
