@@ -47,7 +47,8 @@ struct ReaderOptions {
   // Host backend: map the frame pool copy-on-write instead of read-only. A write through a
   // frame's pointer then changes this process's private copy of the touched pages only (never
   // the producer's buffer or other readers' view) instead of faulting, and release discards the
-  // copies (one madvise system call per release). Used by the Python module, whose tensors
+  // copies (a system call per release: a /proc/self/pagemap read, and madvise when a page was
+  // written). Used by the Python module, whose tensors
   // cannot be marked read-only.
   bool copy_on_write = false;
 };

@@ -905,7 +905,7 @@ removes its shared-memory names.
       .def("publish", &PyProducer::publish, py::arg("loan"), py::arg("nbytes") = py::none(),
            "Publish the loan's first nbytes (default: capacity); returns the sequence number.")
       .def("send", &PyProducer::send, py::arg("obj"), py::arg("capture_time_ns") = py::none(),
-           py::arg("metadata") = py::none(), py::arg("timeout") = py::none(),
+           py::arg("metadata") = py::bytes(), py::arg("timeout") = py::none(),
            "loan + copy `obj` (numpy array, torch tensor, __dlpack__ or bytes-like object; "
            "strided ones are compacted to C order) + its dtype and shape + capture time + "
            "metadata + publish; returns the sequence.")

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstring>
@@ -75,6 +76,7 @@ class HostMapping {
   ~HostMapping() {
     munmap(base_, bytes_);
     close(fd_);
+    if (pagemap_fd_ >= 0) close(pagemap_fd_);
   }
   HostMapping(const HostMapping&) = delete;
   HostMapping& operator=(const HostMapping&) = delete;
@@ -82,16 +84,49 @@ class HostMapping {
   std::byte* at(std::uint32_t slot) const noexcept {
     return static_cast<std::byte*>(base_) + std::uint64_t{slot} * stride_;
   }
-  // Copy-on-write mappings: drop this process's private copies of slot's pages.
+  // Copy-on-write mappings: drop this process's private copies of slot's pages, if it has any.
+  // /proc/self/pagemap tells, per page, whether it is present and file-backed (bit 61); a
+  // private copy is a present page that is not, or a swapped one (bit 62). Most frames are only
+  // read: then one pread finds no copy and the pages stay mapped (no refaults for the next frame
+  // of the slot). Without pagemap (no /proc), or when it cannot be read, always discard.
   void discard_private_copies(std::uint32_t slot) const noexcept {
+    if (!has_private_copy(slot)) return;
     madvise(at(slot), stride_, MADV_DONTNEED);
+  }
+  void open_pagemap() noexcept {
+    pagemap_fd_ = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    page_bytes_ = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   }
 
  private:
+  bool has_private_copy(std::uint32_t slot) const noexcept {
+    if (pagemap_fd_ < 0 || page_bytes_ == 0) return true;
+    constexpr std::uint64_t kPresent = 1ULL << 63;
+    constexpr std::uint64_t kSwapped = 1ULL << 62;
+    constexpr std::uint64_t kFileOrShared = 1ULL << 61;
+    const auto first = reinterpret_cast<std::uintptr_t>(at(slot)) / page_bytes_;
+    const std::uint64_t pages = stride_ / page_bytes_;
+    std::uint64_t entries[512];
+    for (std::uint64_t done = 0; done < pages;) {
+      const std::uint64_t n = std::min<std::uint64_t>(pages - done, 512);
+      const ssize_t got =
+          pread(pagemap_fd_, entries, n * 8, static_cast<off_t>((first + done) * 8));
+      if (got != static_cast<ssize_t>(n * 8)) return true;
+      for (std::uint64_t k = 0; k < n; ++k) {
+        const std::uint64_t e = entries[k];
+        if ((e & kSwapped) != 0 || ((e & kPresent) != 0 && (e & kFileOrShared) == 0)) return true;
+      }
+      done += n;
+    }
+    return false;
+  }
+
   std::uint64_t bytes_;
   std::uint64_t stride_ = 0;
   int fd_ = -1;
   void* base_ = nullptr;
+  int pagemap_fd_ = -1;  // copy-on-write readers only
+  std::uint64_t page_bytes_ = 0;
 };
 
 class HostProducerPool final : public ProducerPool {
@@ -106,13 +141,16 @@ class HostProducerPool final : public ProducerPool {
 class HostReaderPool final : public ReaderPool {
  public:
   explicit HostReaderPool(const PoolRequest& req)
-      : map_(req, false, req.copy_on_write), copy_on_write_(req.copy_on_write) {}
+      : map_(req, false, req.copy_on_write), copy_on_write_(req.copy_on_write) {
+    if (copy_on_write_) map_.open_pagemap();
+  }
   const std::byte* buffer(std::uint32_t slot, std::uint64_t, std::uint64_t) noexcept override {
     return map_.at(slot);
   }
   // Called at every release, before the reader's bit is cleared: the private copies go while the
-  // slot is still held, so no later frame of the slot can show them. One system call per release,
-  // only for copy-on-write readers (the option documents it).
+  // slot is still held, so no later frame of the slot can show them. A system call per release
+  // (a pagemap read, and madvise when something was written), only for copy-on-write readers
+  // (the option documents it).
   void release_fence(std::uint32_t slot, std::uint32_t, CudaStream) noexcept override {
     if (copy_on_write_) map_.discard_private_copies(slot);
   }
