@@ -13,8 +13,9 @@ cmake --build build/demo -j"$(nproc)" --target ringpub ringsub ringdump >/dev/nu
 bin=build/demo/tools
 name="demo-$$"
 
-echo "== ipcring demo: channel '$name', 8 slots, 3 readers, each may hold 2 frames, 1000 frames/s"
-"$bin/ringpub" "$name" --slots 8 --readers 3 --max-held 2 --frame-bytes 1048576 --rate 1000 \
+echo "== ipcring demo: channel '$name', 10 slots, 3 readers (+1 entry for ringdump echo/hz), each"\
+  "may hold 2 frames, 1000 frames/s"
+"$bin/ringpub" "$name" --slots 10 --readers 4 --max-held 2 --frame-bytes 1048576 --rate 1000 \
   --duration "$seconds" > /tmp/ipcring-demo-pub.$$ &
 pub=$!
 sleep 0.3
@@ -41,8 +42,9 @@ rm -f /tmp/ipcring-demo-*.$$
 cat <<TXT
 
 What this means:
-- ringpub published 1 MiB frames at 1000 frames/s; loan_failures=0 because slots (8) >=
-  readers (3) x max_held (2) + 2: however slow the readers are, a free buffer always exists.
+- ringpub published 1 MiB frames at 1000 frames/s; loan_failures=0 because slots (10) >=
+  reader entries (4: the three ringsubs and one for ringdump echo/hz) x max_held (2) + 2: however
+  slow the readers are, a free buffer always exists.
 - Each frame's payload is a pattern derived from its sequence number. Every reader checked it when
   it got the frame and again just before releasing it: corrupt=0 means no buffer was ever rewritten
   while a reader held it, and nothing was copied (the readers map the producer's buffers).
