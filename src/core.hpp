@@ -30,6 +30,8 @@ class ProducerCore {
   std::size_t reap() noexcept;
   bool forked() const noexcept;
   bool set_metadata(std::uint32_t slot, const void* bytes, std::size_t size) noexcept;
+  bool set_tensor(std::uint32_t slot, const TensorDesc& tensor) noexcept;
+  void set_capture_time_ns(std::uint32_t slot, std::uint64_t ns) noexcept;
 
   std::string name;
   ChannelConfig config;
@@ -87,6 +89,8 @@ class ReaderCore {
   bool holds_lease = false;
 
  private:
+  static void read_frame_header(const SegmentView& view, std::uint32_t slot, std::uint64_t sequence,
+                                Frame& frame) noexcept;
   Result<Frame> claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
                       std::uint64_t head_word, bool& lost) noexcept;
 };

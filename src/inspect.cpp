@@ -54,6 +54,55 @@ bool lease_alive(const detail::MutexStorage& storage, const std::string& who,
 
 namespace detail {
 
+namespace {
+
+// The frame header of slot i, when it names the slot's sequence; validated like a reader does
+// (an invalid tensor is a problem, not a value). `state` is the slot word read before: a value
+// found invalid is reported only if the slot still holds that publication afterwards (the
+// producer may have reclaimed the slot and be rewriting the header while we read it).
+void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, std::uint64_t state,
+                                SlotInfo& si, std::vector<std::string>& problems) {
+  auto unchanged = [&] {  // same publication: same generation, not reclaimed (readers may come)
+    const std::uint64_t now = view.slot(i).state.load(std::memory_order_acquire);
+    return SlotWord::generation(now) == SlotWord::generation(state) && !SlotWord::writing(now) &&
+           view.frame_header(i).sequence.load(std::memory_order_relaxed) == si.sequence;
+  };
+  if (si.sequence == 0) return;
+  const FrameHeader& fh = view.frame_header(i);
+  if (fh.sequence.load(std::memory_order_relaxed) != si.sequence) return;
+  si.capture_time_ns = fh.capture_time_ns.load(std::memory_order_relaxed);
+  const std::uint32_t mb = fh.metadata_bytes.load(std::memory_order_relaxed);
+  if (mb <= view.geo.metadata_bytes) {
+    si.metadata_bytes = mb;
+  } else if (unchanged()) {
+    problems.push_back("slot " + std::to_string(i) + " claims " + std::to_string(mb) +
+                       " metadata bytes of " + std::to_string(view.geo.metadata_bytes));
+  }
+  const std::uint64_t tw = fh.tensor_word.load(std::memory_order_relaxed);
+  if (!TensorWord::present(tw)) return;
+  TensorDesc t;
+  t.dtype_code = TensorWord::code(tw);
+  t.dtype_bits = TensorWord::bits(tw);
+  t.ndim = TensorWord::ndim(tw);
+  t.byte_offset = fh.byte_offset.load(std::memory_order_relaxed);
+  if (t.ndim <= kMaxTensorDims) {
+    for (std::uint8_t d = 0; d < t.ndim; ++d) {
+      t.shape[d] = fh.shape[d].load(std::memory_order_relaxed);
+      t.strides[d] = fh.strides[d].load(std::memory_order_relaxed);
+    }
+  }
+  if (t.ndim <= kMaxTensorDims && tensor_fits(t, si.bytes)) {
+    si.has_tensor = true;
+    si.tensor = t;
+  } else if (si.state != SlotState::writing && unchanged()) {
+    problems.push_back("slot " + std::to_string(i) + " has an invalid tensor descriptor (" +
+                       t.dtype_name() + ", ndim " + std::to_string(t.ndim) + ") for " +
+                       std::to_string(si.bytes) + " bytes");
+  }
+}
+
+}  // namespace
+
 Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
                        std::uint32_t mode) {
   const Geometry& g = view.geo;
@@ -73,6 +122,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   // Plain header fields: immutable once magic was published (display only, never trusted).
   s.created_unix_ns = view.header().created_ns;
   s.reap_period_ns = view.header().reap_period_ns;
+  s.metadata_bytes = g.metadata_bytes;
 
   ProducerBlock& p = view.producer();
   const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
@@ -140,6 +190,13 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     for (std::size_t b = 0; b < kHoldBuckets; ++b) {
       r.hold_histogram[b] = e.hold_histogram[b].load(std::memory_order_relaxed);
     }
+    r.delay_histogram.resize(kDelayBuckets);
+    for (std::size_t b = 0; b < kDelayBuckets; ++b) {
+      r.delay_histogram[b] = e.delay_histogram[b].load(std::memory_order_relaxed);
+      r.delay_count += r.delay_histogram[b];
+    }
+    r.delay_p50_ns = delay_quantile_ns(r.delay_histogram, 0.5);
+    r.delay_p99_ns = delay_quantile_ns(r.delay_histogram, 0.99);
     s.readers.push_back(std::move(r));
   }
 
@@ -166,6 +223,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     } else {
       si.state = SlotState::empty;
     }
+    read_frame_header_estimate(view, i, w, si, s.problems);
     if ((si.reader_mask & ~valid_bits) != 0) {
       s.problems.push_back("slot " + std::to_string(i) + " has reader bits beyond max_readers: " +
                            hex(si.reader_mask & ~valid_bits));
@@ -247,6 +305,26 @@ Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view n
 }
 
 }  // namespace detail
+
+std::uint64_t delay_bucket_lower_ns(std::size_t b) noexcept {
+  return detail::DelayBucket::lower(b);
+}
+
+std::uint64_t delay_quantile_ns(const std::vector<std::uint64_t>& histogram, double q) noexcept {
+  std::uint64_t total = 0;
+  for (const std::uint64_t c : histogram) total += c;
+  if (total == 0) return 0;
+  const auto rank = static_cast<std::uint64_t>(q * static_cast<double>(total));
+  std::uint64_t seen = 0;
+  for (std::size_t b = 0; b < histogram.size(); ++b) {
+    seen += histogram[b];
+    if (seen > rank || seen == total) {
+      if (b + 1 >= histogram.size()) return detail::DelayBucket::lower(b) * 2;
+      return std::max<std::uint64_t>(2, detail::DelayBucket::lower(b + 1));
+    }
+  }
+  return 0;
+}
 
 Snapshot inspect(std::string_view name) {
   using namespace detail;

@@ -59,6 +59,10 @@ void check_config(std::string_view name, const ChannelConfig& c) {
         "; must include owner read/write (0600) and must not be world-writable");
   }
   if (c.reap_period.count() <= 0) bad("reap_period must be positive");
+  if (c.metadata_bytes > kMaxFrameMetadataBytes) {
+    bad("metadata_bytes = " + std::to_string(c.metadata_bytes) + "; must be 0.." +
+        std::to_string(kMaxFrameMetadataBytes));
+  }
   if (c.backend == Backend::host && c.frame_bytes * c.slots / c.slots != c.frame_bytes) {
     bad("slots * frame_bytes overflows");
   }
@@ -161,7 +165,13 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
   // The slot is ours (W): nobody reads the descriptor until we publish. Zero the sequence so a
   // dropped loan leaves an empty slot.
   slot.sequence.store(0, std::memory_order_relaxed);
-  slot.metadata_bytes.store(0, std::memory_order_relaxed);
+  // The frame header starts empty: no tensor, no capture time, no metadata (relaxed: ordered
+  // before readers by (P2), like the descriptor).
+  FrameHeader& fh = view.frame_header(i);
+  fh.sequence.store(0, std::memory_order_relaxed);
+  fh.capture_time_ns.store(0, std::memory_order_relaxed);
+  fh.tensor_word.store(0, std::memory_order_relaxed);
+  fh.metadata_bytes.store(0, std::memory_order_relaxed);
   if (newest_slot == i) newest_slot = UINT32_MAX;
   Loan l;
   l.core_ = self;
@@ -175,15 +185,29 @@ Result<Loan> ProducerCore::loan(const std::shared_ptr<ProducerCore>& self,
 
 bool ProducerCore::set_metadata(std::uint32_t slot_index, const void* bytes,
                                 std::size_t size) noexcept {
-  if (size > kMetadataBytes) return false;
-  Slot& slot = view.slot(slot_index);
-  std::uint64_t words[kMetadataBytes / 8] = {};
-  std::memcpy(words, bytes, size);
-  for (std::size_t w = 0; w < kMetadataBytes / 8; ++w) {
-    slot.metadata[w].store(words[w], std::memory_order_relaxed);  // ordered by (P2)
-  }
-  slot.metadata_bytes.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);
+  if (size > view.geo.metadata_bytes) return false;
+  // Plain bytes, like the payload: written only while the slot is W, ordered by (P2).
+  if (size != 0) std::memcpy(view.frame_metadata(slot_index), bytes, size);
+  view.frame_header(slot_index)
+      .metadata_bytes.store(static_cast<std::uint32_t>(size), std::memory_order_relaxed);
   return true;
+}
+
+bool ProducerCore::set_tensor(std::uint32_t slot_index, const TensorDesc& t) noexcept {
+  if (!tensor_fits(t, config.frame_bytes)) return false;
+  FrameHeader& fh = view.frame_header(slot_index);
+  for (std::uint8_t d = 0; d < kMaxTensorDims; ++d) {  // relaxed, ordered by (P2)
+    fh.shape[d].store(d < t.ndim ? t.shape[d] : 0, std::memory_order_relaxed);
+    fh.strides[d].store(d < t.ndim ? t.strides[d] : 0, std::memory_order_relaxed);
+  }
+  fh.byte_offset.store(t.byte_offset, std::memory_order_relaxed);
+  fh.tensor_word.store(TensorWord::make(t.dtype_code, t.dtype_bits, t.ndim),
+                       std::memory_order_relaxed);
+  return true;
+}
+
+void ProducerCore::set_capture_time_ns(std::uint32_t slot_index, std::uint64_t ns) noexcept {
+  view.frame_header(slot_index).capture_time_ns.store(ns, std::memory_order_relaxed);
 }
 
 std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream stream) {
@@ -212,6 +236,8 @@ std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream strea
   const std::uint64_t now = monotonic_ns();
   slot.timestamp_ns.store(now, std::memory_order_relaxed);
   slot.buffer_index.store(i, std::memory_order_relaxed);
+  // The frame header names the publication it belongs to; readers take it only on a match.
+  view.frame_header(i).sequence.store(seq, std::memory_order_relaxed);
   publish_slot(slot);  // (P2) release, pairs with (R3)
   ProducerBlock& p = view.producer();
   // (P3) release, pairs with (R2): a reader that finds this log entry finds the slot published.
@@ -291,7 +317,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   const Geometry geo =
       compute_geometry(config.slots, config.max_readers, config.max_held, config.frame_bytes,
-                       static_cast<std::uint32_t>(config.backend), page);
+                       static_cast<std::uint32_t>(config.backend), page, config.metadata_bytes);
   auto core = std::make_shared<ProducerCore>();
   core->name = std::string(name);
   core->config = config;
@@ -379,7 +405,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     const SegmentHeader& h = view.header();
     const bool same_geometry = h.slots == geo.slots && h.max_readers == geo.max_readers &&
                                h.max_held == geo.max_held && h.frame_bytes == geo.frame_bytes &&
-                               h.backend == geo.backend;
+                               h.backend == geo.backend && h.metadata_bytes == geo.metadata_bytes;
     if (!same_geometry) {
       reap_dead_readers_locked(view, nullptr);
       std::uint32_t live = 0;
@@ -534,6 +560,20 @@ void Loan::reset() noexcept {
 bool Loan::set_metadata(std::span<const std::byte> bytes) noexcept {
   if (!core_ || core_->forked()) return false;
   return core_->set_metadata(slot_, bytes.data(), bytes.size());
+}
+
+bool Loan::set_tensor(const TensorDesc& tensor) noexcept {
+  if (!core_ || core_->forked()) return false;
+  return core_->set_tensor(slot_, tensor);
+}
+
+void Loan::set_capture_time_ns(std::uint64_t ns) noexcept {
+  if (!core_ || core_->forked()) return;
+  core_->set_capture_time_ns(slot_, ns);
+}
+
+std::size_t Loan::metadata_capacity() const noexcept {
+  return core_ ? core_->view.geo.metadata_bytes : 0;
 }
 
 }  // namespace ipcring

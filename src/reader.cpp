@@ -45,6 +45,49 @@ bool ReaderCore::producer_alive() noexcept {
   return producer_lease_alive(view);  // a load of the lease's lock word; nothing is written
 }
 
+// Takes slot i's frame header into `f` if it belongs to publication `seq`. Runs after the claim
+// (R3) synchronised with the publication (P2), so relaxed loads see the producer's writes; every
+// value is copied once and validated on the copy (a hostile producer may change the segment at any
+// time, but never the copy): the metadata size against the segment's metadata_bytes, the tensor
+// against the published size. The sequence is loaded first and compared last, after the copies, so
+// a header being rewritten under us (only a broken producer does that while our bit is set) is not
+// taken either.
+void ReaderCore::read_frame_header(const SegmentView& view, std::uint32_t i, std::uint64_t seq,
+                                   Frame& f) noexcept {
+  const FrameHeader& fh = view.frame_header(i);
+  if (fh.sequence.load(std::memory_order_relaxed) != seq) return;
+  const std::uint64_t capture = fh.capture_time_ns.load(std::memory_order_relaxed);
+  const std::uint32_t mb = fh.metadata_bytes.load(std::memory_order_relaxed);
+  const std::uint64_t tw = fh.tensor_word.load(std::memory_order_relaxed);
+  TensorDesc t;
+  bool has_tensor = false;
+  bool invalid = false;
+  if (TensorWord::present(tw)) {
+    t.dtype_code = TensorWord::code(tw);
+    t.dtype_bits = TensorWord::bits(tw);
+    t.ndim = TensorWord::ndim(tw);
+    t.byte_offset = fh.byte_offset.load(std::memory_order_relaxed);
+    static_assert(kTensorDims == kMaxTensorDims, "the frame header holds every dimension");
+    if (t.ndim <= kMaxTensorDims) {
+      for (std::uint8_t d = 0; d < t.ndim; ++d) {
+        t.shape[d] = fh.shape[d].load(std::memory_order_relaxed);
+        t.strides[d] = fh.strides[d].load(std::memory_order_relaxed);
+      }
+      has_tensor = tensor_fits(t, f.size_);
+    }
+    invalid = !has_tensor;
+  }
+  if (fh.sequence.load(std::memory_order_relaxed) != seq) return;
+  f.capture_time_ns_ = capture;
+  if (mb <= view.geo.metadata_bytes) {
+    f.metadata_bytes_ = mb;
+    f.metadata_ = reinterpret_cast<const std::byte*>(view.frame_metadata(i));
+  }
+  f.has_tensor_ = has_tensor;
+  f.tensor_invalid_ = invalid;
+  if (has_tensor) f.tensor_ = t;
+}
+
 Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
                                 std::uint64_t head, bool& lost) noexcept {
   lost = true;
@@ -96,13 +139,7 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
   f.timestamp_ns_ = slot.timestamp_ns.load(std::memory_order_relaxed);
   f.generation_ = generation;
   f.slot_ = i;
-  const std::uint32_t mb =
-      std::min<std::uint32_t>(slot.metadata_bytes.load(std::memory_order_relaxed), kMetadataBytes);
-  f.metadata_bytes_ = mb;
-  for (std::size_t w = 0; w < (mb + 7) / 8; ++w) {
-    const std::uint64_t v = slot.metadata[w].load(std::memory_order_relaxed);
-    std::memcpy(f.metadata_ + w * 8, &v, 8);
-  }
+  read_frame_header(view, i, seq, f);
   return Result<Frame>(std::move(f));
 }
 
@@ -156,6 +193,13 @@ Result<Frame> ReaderCore::try_read(const std::shared_ptr<ReaderCore>& self) noex
         held.fetch_add(1, std::memory_order_relaxed);
         const std::uint64_t now = monotonic_ns();
         r->acquired_ns_ = now;
+        // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
+        // same machine); a timestamp in the future (hostile, or another boot) counts as 0.
+        const std::uint64_t published_ns = r->timestamp_ns_;
+        // Only this reader writes the histogram: a relaxed load and store, no locked RMW.
+        std::atomic<std::uint64_t>& bucket =
+            entry.delay_histogram[DelayBucket::of(now > published_ns ? now - published_ns : 0)];
+        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
         // Telemetry: only this reader writes these (relaxed; read as estimates by inspect).
         entry.frames_read.store(entry.frames_read.load(std::memory_order_relaxed) + 1,
                                 std::memory_order_relaxed);
@@ -337,7 +381,7 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   core->instance_id = random_instance_id();
   const SegmentView& view = core->view;
   {
-    PoolRequest req{std::string(name), view, opened.mode, 0, false};
+    PoolRequest req{std::string(name), view, opened.mode, 0, false, options.copy_on_write};
     core->pool = view.geo.backend == 2 ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
   }
   // Take a free entry, or one whose owner the kernel declared dead (under the repair lock; the
@@ -421,10 +465,15 @@ Frame& Frame::operator=(Frame&& other) noexcept {
     generation_ = other.generation_;
     skipped_ = other.skipped_;
     acquired_ns_ = other.acquired_ns_;
+    capture_time_ns_ = other.capture_time_ns_;
     slot_ = other.slot_;
     metadata_bytes_ = other.metadata_bytes_;
-    std::memcpy(metadata_, other.metadata_, sizeof metadata_);
+    metadata_ = other.metadata_;
+    has_tensor_ = other.has_tensor_;
+    tensor_invalid_ = other.tensor_invalid_;
+    tensor_ = other.tensor_;
     other.data_ = nullptr;
+    other.metadata_ = nullptr;
   }
   return *this;
 }

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ipcring/tensor.hpp"
+
 namespace ipcring::pattern {
 
 inline std::uint64_t word(std::uint64_t sequence, std::uint64_t k) noexcept {
@@ -51,6 +53,13 @@ inline bool origin_sequence(const std::byte* p, std::size_t bytes, std::uint64_t
   for (int i = 0; i < 5; ++i) inv *= 2 - 0x9e3779b97f4a7c15ULL * inv;
   out = (x - 1) * inv;
   return true;
+}
+
+// The tensor ringpub publishes its pattern frames as: `bytes` uint8 elements. (The pattern is
+// made of 64-bit words, but uint64 is a type PyTorch 1.13 cannot import through DLPack, and the
+// demo's consumers are PyTorch readers.)
+inline TensorDesc tensor(std::size_t bytes) noexcept {
+  return TensorDesc::contiguous(DType::uint, 8, {static_cast<std::int64_t>(bytes)});
 }
 
 }  // namespace ipcring::pattern

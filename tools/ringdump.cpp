@@ -7,6 +7,7 @@
 //   ringdump reap NAME                  frees the reader entries (and held slots) of dead readers
 //   ringdump rm NAME [--force]          removes a channel (refuses a live one without --force)
 //   ringdump gc [PATTERN...] [--force]  removes every channel whose processes are all dead
+//   ringdump echo|hz|bw NAME            frames as a reader sees them (ringdump_stream.hpp)
 //
 // Looking (list, show, watch, check) only calls ipcring::inspect() and list_channels(), which
 // take no lease and reap nothing: running ringdump never changes what producer and readers see.
@@ -19,6 +20,7 @@
 #include <dirent.h>
 #include <fnmatch.h>
 #include <pwd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,10 +42,13 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
+#include "ringdump_stream.hpp"
 
 namespace {
 
@@ -381,6 +386,41 @@ std::vector<std::string> health_reasons(const Snapshot& s, const CheckLimits& li
 
 // ---- JSON -------------------------------------------------------------------------------------
 
+// A slot's frame header: tensor, capture time, metadata size (null when the slot has none).
+void add_frame_header_json(Json& sj, const ipcring::SlotInfo& si) {
+  sj["capture_time_ns"] = si.capture_time_ns != 0 ? Json(si.capture_time_ns) : Json(nullptr);
+  sj["metadata_bytes"] = si.metadata_bytes;
+  if (!si.has_tensor) {
+    sj["dtype"] = nullptr;
+    sj["shape"] = nullptr;
+    sj["strides"] = nullptr;
+    sj["byte_offset"] = nullptr;
+    return;
+  }
+  const ipcring::TensorDesc& t = si.tensor;
+  Json shape = Json::array();
+  Json strides = Json::array();
+  for (std::uint8_t d = 0; d < t.ndim; ++d) {
+    shape.push_back(t.shape[d]);
+    strides.push_back(t.stride(d));
+  }
+  sj["dtype"] = t.dtype_name();
+  sj["shape"] = shape;
+  sj["strides"] = strides;  // in elements, C order when the producer gave none
+  sj["byte_offset"] = t.byte_offset;
+}
+
+// "uint8(480, 640, 3)", "-" without a tensor.
+std::string tensor_cell(const ipcring::SlotInfo& si) {
+  if (!si.has_tensor) return "-";
+  return si.tensor.dtype_name() + si.tensor.shape_text() +
+         (si.tensor.is_contiguous() ? "" : " strided");
+}
+
+std::string delay_cell(const ipcring::ReaderInfo& r, std::uint64_t ns) {
+  return r.delay_count != 0 ? "<" + format_duration(ns) : "-";
+}
+
 Json snapshot_json(const Snapshot& s, const Rates& rates) {
   Json j;
   j["schema_version"] = kSchemaVersion;
@@ -436,6 +476,7 @@ Json snapshot_json(const Snapshot& s, const Rates& rates) {
     sj["bytes"] = si.bytes;
     sj["timestamp_ns"] = si.timestamp_ns;
     sj["age_ns"] = si.sequence != 0 ? opt_json(age(si.timestamp_ns, s.taken_ns)) : Json(nullptr);
+    add_frame_header_json(sj, si);
     slots.push_back(sj);
   }
   j["slots"] = slots;
@@ -463,6 +504,10 @@ Json snapshot_json(const Snapshot& s, const Rates& rates) {
     rj["hold_p50_ns"] = opt_json(hold_percentile(r.hold_histogram, 0.50));
     rj["hold_p99_ns"] = opt_json(hold_percentile(r.hold_histogram, 0.99));
     rj["hold_histogram"] = r.hold_histogram;
+    rj["delays"] = r.delay_count;
+    rj["delay_p50_ns"] = r.delay_count != 0 ? Json(r.delay_p50_ns) : Json(nullptr);
+    rj["delay_p99_ns"] = r.delay_count != 0 ? Json(r.delay_p99_ns) : Json(nullptr);
+    rj["delay_histogram"] = r.delay_histogram;
     readers.push_back(rj);
   }
   j["readers"] = readers;
@@ -518,7 +563,8 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
   add("");
 
   add(paint("slots", kBold));
-  Table slots({"INDEX>", "SEQUENCE>", "STATE", "MASK", "READERS", "BYTES>", "AGE>"});
+  Table slots(
+      {"INDEX>", "SEQUENCE>", "STATE", "MASK", "READERS", "BYTES>", "AGE>", "TENSOR", "CAPTURED>"});
   for (const auto& si : s.slots_info) {
     const char* colour = si.state == ipcring::SlotState::held      ? kYellow
                          : si.state == ipcring::SlotState::writing ? kGreen
@@ -530,7 +576,9 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
                {mask_bits(si.reader_mask, s.max_readers)},
                {join(mask_indices(si.reader_mask))},
                {std::to_string(si.bytes)},
-               {a ? format_duration(*a) : "-"}});
+               {a ? format_duration(*a) : "-"},
+               {tensor_cell(si)},
+               {si.capture_time_ns != 0 ? std::to_string(si.capture_time_ns) : "-"}});
   }
   out += slots.render("  ");
   add("");
@@ -539,7 +587,7 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
       std::to_string(s.max_readers));
   if (!s.readers.empty()) {
     Table readers({"INDEX>", "PID>", "STATE", "POLICY", "READ>", "RATE>", "OVERRUNS>", "HELD_SLOTS",
-                   "LAG>", "LAST_READ>", "HOLD_P50>", "HOLD_P99>"});
+                   "LAG>", "LAST_READ>", "HOLD_P50>", "HOLD_P99>", "DELAY_P50>", "DELAY_P99>"});
     for (const auto& r : s.readers) {
       const auto hz = rates.read_hz.find(r.index);
       const auto lag = reader_lag(r, p.head);
@@ -557,7 +605,9 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
                    {lag ? std::to_string(*lag) : "-"},
                    {last_read ? format_duration(*last_read) + " ago" : "never"},
                    {p50 ? "<" + format_duration(*p50) : "-"},
-                   {p99 ? "<" + format_duration(*p99) : "-"}});
+                   {p99 ? "<" + format_duration(*p99) : "-"},
+                   {delay_cell(r, r.delay_p50_ns)},
+                   {delay_cell(r, r.delay_p99_ns)}});
     }
     out += readers.render("  ");
   }
@@ -567,6 +617,137 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
     for (const auto& problem : s.problems) add("  " + problem);
   }
   return out;
+}
+
+// ---- watch on a small terminal ------------------------------------------------------------------
+
+// The snapshot in at most about 8 + readers lines of at most 100 columns: one line for the slots
+// (counts by state, the newest frame's tensor), a narrow reader table with the delays.
+std::string render_compact(const Snapshot& s, const Rates& rates) {
+  std::string out;
+  auto add = [&](const std::string& line) { out += line + "\n"; };
+  const auto& p = s.producer;
+  add(paint("channel " + s.name, kBold) + "  layout " + std::to_string(s.layout_version) + ", " +
+      backend_name(s.backend) + ", " + std::to_string(s.slots) + " slots of " +
+      format_bytes(s.frame_bytes));
+  const auto last = age(p.last_publish_ns, s.taken_ns);
+  add(paint("producer", kBold) + " pid " + std::to_string(p.pid) + " " +
+      paint(producer_state(p), p.alive ? kGreen : kRed) + ", epoch " + std::to_string(p.epoch) +
+      ", head " + std::to_string(p.head) + ", " + format_rate(rates.publish_hz) + ", last " +
+      (last ? format_duration(*last) + " ago" : std::string("never")) + ", loan failures " +
+      std::to_string(p.loan_failures));
+  std::size_t counts[4] = {};
+  const ipcring::SlotInfo* newest = nullptr;
+  for (const auto& si : s.slots_info) {
+    ++counts[static_cast<std::size_t>(si.state)];
+    if (si.sequence != 0 && (newest == nullptr || si.sequence > newest->sequence)) newest = &si;
+  }
+  add(paint("slots", kBold) + " " + std::to_string(counts[1]) + " ready, " +
+      std::to_string(counts[2]) + " held, " + std::to_string(counts[3]) + " writing, " +
+      std::to_string(counts[0]) + " empty; newest " +
+      (newest != nullptr ? std::to_string(newest->sequence) + " " + tensor_cell(*newest) + " " +
+                               std::to_string(newest->bytes) + " B"
+                         : std::string("none")));
+  add(paint("readers", kBold) + " " + std::to_string(s.readers.size()) + " of " +
+      std::to_string(s.max_readers));
+  if (!s.readers.empty()) {
+    Table readers({"IDX>", "PID>", "STATE", "POLICY", "READ>", "RATE>", "LAG>", "HELD", "OVERRUNS>",
+                   "DELAY_P50>", "DELAY_P99>", "HOLD_P99>"});
+    for (const auto& r : s.readers) {
+      const auto hz = rates.read_hz.find(r.index);
+      const auto lag = reader_lag(r, p.head);
+      const auto p99 = hold_percentile(r.hold_histogram, 0.99);
+      readers.add({{std::to_string(r.index)},
+                   {std::to_string(r.pid)},
+                   alive_cell(r.alive),
+                   {policy_name(r.policy)},
+                   {std::to_string(r.frames_read)},
+                   {hz != rates.read_hz.end() ? format_rate(hz->second) : "-"},
+                   {lag ? std::to_string(*lag) : "-"},
+                   {join(r.held_slots), r.held_slots.empty() ? nullptr : kYellow},
+                   {std::to_string(r.overruns)},
+                   {delay_cell(r, r.delay_p50_ns)},
+                   {delay_cell(r, r.delay_p99_ns)},
+                   {p99 ? "<" + format_duration(*p99) : "-"}});
+    }
+    out += readers.render("  ");
+  }
+  if (!s.problems.empty()) {
+    add(paint("problems", kRed) + " " + std::to_string(s.problems.size()) + ": " + s.problems[0]);
+  }
+  return out;
+}
+
+// Visible columns of a line (ANSI colour sequences take none).
+std::size_t visible_width(const std::string& line) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\x1b') {
+      while (i < line.size() && line[i] != 'm') ++i;
+      continue;
+    }
+    ++n;
+  }
+  return n;
+}
+
+// Cuts `text` to `cols` visible columns per line and `rows` lines (the last says what was cut).
+std::string clip_to(const std::string& text, std::size_t cols, std::size_t rows) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
+    lines.push_back(text.substr(start, nl - start));
+  }
+  std::string out;
+  const std::size_t keep = lines.size() <= rows ? lines.size() : rows - 1;
+  for (std::size_t k = 0; k < keep; ++k) {
+    const std::string& l = lines[k];
+    if (visible_width(l) <= cols) {
+      out += l + "\n";
+      continue;
+    }
+    std::string cut;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < l.size() && n < cols; ++i) {
+      if (l[i] == '\x1b') {
+        const std::size_t end = l.find('m', i);
+        cut += l.substr(i, end == std::string::npos ? std::string::npos : end - i + 1);
+        i = end == std::string::npos ? l.size() : end;
+        continue;
+      }
+      cut += l[i];
+      ++n;
+    }
+    out += cut + (g_colour ? "\x1b[0m" : "") + "\n";
+  }
+  if (keep < lines.size()) {
+    out += "... " + std::to_string(lines.size() - keep) + " more line(s): enlarge the terminal\n";
+  }
+  return out;
+}
+
+// Rendering for a terminal of `cols` x `rows` (title line included): the full view when it fits,
+// else the compact one, clipped so that nothing scrolls.
+std::string render_for_terminal(const Snapshot& s, const Rates& rates, std::size_t cols,
+                                std::size_t rows) {
+  const std::size_t body_rows = rows > 2 ? rows - 2 : 1;  // the title, and the cursor's line
+  std::string full = render_snapshot(s, rates);
+  std::size_t lines = 0;
+  std::size_t widest = 0;
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = full.find('\n', start)) != std::string::npos; start = nl + 1) {
+    ++lines;
+    widest = std::max(widest, visible_width(full.substr(start, nl - start)));
+  }
+  if (lines <= body_rows && widest <= cols) return full;
+  return clip_to(render_compact(s, rates), cols, body_rows);
+}
+
+// Columns and rows of the terminal on stdout; 0 when unknown.
+std::pair<std::size_t, std::size_t> terminal_size() {
+  winsize ws{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0) return {0, 0};
+  return {ws.ws_col, ws.ws_row};
 }
 
 // Takes a snapshot, and a second one `window_ms` later for the rates (the second is returned).
@@ -596,13 +777,31 @@ int cmd_show(const std::string& name, bool json, std::uint64_t window_ms) {
 
 // ---- watch --------------------------------------------------------------------------------------
 
-int cmd_watch(const std::string& name, bool json, double interval_s, std::uint64_t count) {
+// `size`: a terminal size "COLSxROWS" to fit (the terminal's own when empty and stdout is one).
+int cmd_watch(const std::string& name, bool json, double interval_s, std::uint64_t count,
+              const std::string& size) {
   install_stop_handlers();
   const bool tty = isatty(STDOUT_FILENO) == 1;
+  std::size_t fit_cols = 0;
+  std::size_t fit_rows = 0;
+  if (!size.empty()) {
+    unsigned c = 0;
+    unsigned r = 0;
+    if (std::sscanf(size.c_str(), "%ux%u", &c, &r) != 2 || c < 20 || r < 5) {
+      std::fprintf(stderr, "ringdump: --size '%s': expected COLSxROWS, at least 20x5\n",
+                   size.c_str());
+      return kExitUsage;
+    }
+    fit_cols = c;
+    fit_rows = r;
+  }
   const auto interval_ns = static_cast<std::uint64_t>(interval_s * 1e9);
   std::optional<Snapshot> previous;
   for (std::uint64_t tick = 1; g_stop == 0; ++tick) {
     std::string frame;
+    std::size_t cols = fit_cols;
+    std::size_t rows = fit_rows;
+    if (cols == 0 && tty && !json) std::tie(cols, rows) = terminal_size();
     try {
       Snapshot s = ipcring::inspect(name);
       Rates rates;
@@ -610,7 +809,8 @@ int cmd_watch(const std::string& name, bool json, double interval_s, std::uint64
       if (json) {
         frame = snapshot_json(s, rates).dump() + "\n";
       } else {
-        frame = render_snapshot(s, rates);
+        frame = cols != 0 && rows != 0 ? render_for_terminal(s, rates, cols, rows)
+                                       : render_snapshot(s, rates);
       }
       previous = std::move(s);
     } catch (const ipcring::Error& e) {
@@ -636,7 +836,7 @@ int cmd_watch(const std::string& name, bool json, double interval_s, std::uint64
       const std::string title = "ringdump watch " + name + "  every " +
                                 printf_string("%.2g", interval_s) + " s  " + stamp +
                                 (tty ? "  (Ctrl-C quits)" : "") + "\n";
-      frame = title + frame;
+      frame = (cols != 0 ? clip_to(title, cols, 1) : title) + frame;
       if (tty) {
         // Terminal: redraw in place. Clear the screen once, then home the cursor, overwrite each
         // line (erasing its tail) and erase whatever the previous, longer frame left below.
@@ -997,6 +1197,9 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   watch->add_option("--count", count, "Stop after N snapshots (0: until Ctrl-C)");
   watch->add_flag("--json", json, "One JSON document per snapshot, one per line");
+  std::string watch_size;
+  watch->add_option("--size", watch_size,
+                    "Fit COLSxROWS (default: the terminal's size when stdout is a terminal)");
 
   auto* check = app.add_subcommand("check", "Exit 0 when the channel is healthy, 3 when not");
   check->add_option("name", name, "Channel name")->required();
@@ -1023,6 +1226,9 @@ int run(int argc, char** argv) {
   gc->add_flag("--force", force, "Remove live and uninspectable channels too");
   gc->add_flag("--dry-run", dry_run, "Only say what would be removed");
 
+  ringdump_stream::Commands stream;
+  ringdump_stream::add(app, stream);
+
   if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
   // Read once, before anything could start a thread.
@@ -1034,7 +1240,7 @@ int run(int argc, char** argv) {
   try {
     if (list->parsed()) return cmd_list(json);
     if (show->parsed()) return cmd_show(name, json, rate_window_ms);
-    if (watch->parsed()) return cmd_watch(name, json, interval_s, count);
+    if (watch->parsed()) return cmd_watch(name, json, interval_s, count, watch_size);
     if (check->parsed()) {
       CheckLimits limits;
       if (lag_opt->count() != 0) limits.max_lag = max_lag;
@@ -1044,6 +1250,7 @@ int run(int argc, char** argv) {
     if (reap->parsed()) return cmd_reap(name);
     if (rm->parsed()) return cmd_rm(name, force);
     if (gc->parsed()) return cmd_gc(patterns, force, dry_run);
+    if (const auto rc = ringdump_stream::run(stream)) return *rc;
   } catch (const ipcring::Error& e) {
     return report(e);
   } catch (const std::exception& e) {

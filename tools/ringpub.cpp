@@ -73,6 +73,10 @@ int run(int argc, char** argv) {
       continue;
     }
     ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
+    // Describe the frame (uint8 bytes) and when it was made, so readers and ringdump see both.
+    loan->set_tensor(ipcring::pattern::tensor(cfg.frame_bytes));
+    loan->set_capture_time_ns(static_cast<std::uint64_t>(
+        duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()));
     producer->publish(std::move(*loan), cfg.frame_bytes);
     ++published;
     if (period.count() > 0) {

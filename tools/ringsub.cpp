@@ -70,7 +70,7 @@ int run(int argc, char** argv) {
   const auto end = duration_s > 0
                        ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
                        : steady_clock::time_point::max();
-  std::uint64_t frames = 0, corrupt = 0, gone = 0;
+  std::uint64_t frames = 0, corrupt = 0, gone = 0, untyped = 0;
   std::uint64_t last_seq = 0;
   std::uint64_t gaps = 0;  // --origin-sequence: frames missing between consecutive ones
   while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
@@ -96,6 +96,14 @@ int run(int argc, char** argv) {
     std::uint64_t seq = f->sequence();
     bool bad = origin && !ipcring::pattern::origin_sequence(f->data(), f->size(), seq);
     bad = bad || !ipcring::pattern::check(f->data(), f->size(), seq);
+    // ringpub describes its frames as uint8 bytes; a frame without that tensor is counted (a
+    // producer other than ringpub, or a relay such as ringbridge import, which carries no tensor),
+    // one with another tensor is corrupt.
+    if (const auto t = f->tensor()) {
+      if (!(*t == ipcring::pattern::tensor(f->size()))) bad = true;
+    } else {
+      ++untyped;
+    }
     if (seq <= last_seq) bad = true;  // sequences only grow
     if (origin && !bad && last_seq != 0) gaps += seq - last_seq - 1;
     last_seq = seq;
@@ -113,10 +121,11 @@ int run(int argc, char** argv) {
   const double secs = duration_cast<duration<double>>(steady_clock::now() - start).count();
   std::printf(
       "ringsub %s [%s, hold %.1f ms]: frames=%llu overruns=%llu corrupt=%llu last_sequence=%llu "
-      "producer_gone=%llu seconds=%.2f%s\n",
+      "producer_gone=%llu untyped=%llu seconds=%.2f%s\n",
       name.c_str(), policy.c_str(), hold_ms, static_cast<unsigned long long>(frames),
       static_cast<unsigned long long>(reader->overruns()), static_cast<unsigned long long>(corrupt),
-      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs,
+      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone),
+      static_cast<unsigned long long>(untyped), secs,
       origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
   std::fflush(stdout);
   return corrupt != 0 ? ipcring::tools::kExitError : ipcring::tools::kExitOk;

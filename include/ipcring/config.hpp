@@ -21,6 +21,9 @@ struct ChannelConfig {
   // Dead readers are reaped when a loan finds no free slot and at least this often while the
   // producer loans frames.
   std::chrono::nanoseconds reap_period = std::chrono::milliseconds(100);
+  // User metadata each frame can carry (Loan::set_metadata), 0..4096 bytes; it lives in the
+  // control segment beside each slot's frame header.
+  std::uint32_t metadata_bytes = 256;
 
   // The sizing rule: with slots >= max_readers * max_held + 2, loan() never fails, whatever the
   // readers do.
@@ -47,6 +50,13 @@ struct ReaderOptions {
   // throws the last not_found (or not_ready), saying how long it waited. Other refusals are thrown
   // at once. 0: fail at once. Negative: Errc::invalid_argument.
   std::chrono::nanoseconds wait_for_channel = std::chrono::nanoseconds(0);
+  // Host backend: map the frame pool copy-on-write instead of read-only. A write through a
+  // frame's pointer then changes this process's private copy of the touched pages only (never
+  // the producer's buffer or other readers' view) instead of faulting, and release discards the
+  // copies (a system call per release: a /proc/self/pagemap read, and madvise when a page was
+  // written). Used by the Python module, whose tensors
+  // cannot be marked read-only.
+  bool copy_on_write = false;
 };
 
 }  // namespace ipcring

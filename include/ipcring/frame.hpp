@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "ipcring/result.hpp"
+#include "ipcring/tensor.hpp"
 
 struct CUstream_st;  // cudaStream_t without including CUDA headers
 
@@ -20,7 +22,9 @@ class ReaderCore;
 
 using CudaStream = CUstream_st*;
 
-inline constexpr std::size_t kMaxMetadataBytes = 64;
+// ChannelConfig::metadata_bytes: its default and its largest value.
+inline constexpr std::size_t kDefaultMetadataBytes = 256;
+inline constexpr std::size_t kMaxMetadataBytes = 4096;
 
 // A slot the producer owns for writing. Obtained from Producer::loan(), consumed by
 // Producer::publish(). Dropping a Loan without publishing returns its slot to the pool.
@@ -41,9 +45,20 @@ class Loan {
   std::uint32_t slot() const noexcept { return slot_; }
   bool valid() const noexcept { return core_ != nullptr; }
 
-  // Up to kMaxMetadataBytes of user metadata (shape, format, sensor id ...) published with the
-  // frame. Returns false when `bytes` is too long (nothing is written then).
+  // Up to metadata_capacity() bytes (ChannelConfig::metadata_bytes) of user metadata (format,
+  // sensor id ...) published with the frame. Returns false when `bytes` is too long (nothing is
+  // written then). A later call replaces the earlier one.
   bool set_metadata(std::span<const std::byte> bytes) noexcept;
+  std::size_t metadata_capacity() const noexcept;
+
+  // What the frame's bytes are (element type, shape, strides), published with the frame and read
+  // with Frame::tensor(). Returns false (nothing is set) when the descriptor is not valid or does
+  // not fit the frame capacity (tensor_fits). Publish at least tensor_span() bytes: a reader
+  // checks the descriptor against the published size.
+  bool set_tensor(const TensorDesc& tensor) noexcept;
+  // When the frame's content was captured, on whatever clock the producer chooses (0 = not set);
+  // published beside the publish time (Frame::timestamp_ns).
+  void set_capture_time_ns(std::uint64_t ns) noexcept;
 
  private:
   friend class Producer;
@@ -82,9 +97,20 @@ class Frame {
   // Frames this reader skipped between the previous frame it read and this one (sequential policy:
   // frames lost to overruns; latest policy: older frames deliberately skipped).
   std::uint64_t skipped() const noexcept { return skipped_; }
+  // The producer's metadata (Loan::set_metadata), in the control segment: valid while held.
   std::span<const std::byte> metadata() const noexcept {
-    return {reinterpret_cast<const std::byte*>(metadata_), metadata_bytes_};
+    return {metadata_, metadata_ == nullptr ? 0 : metadata_bytes_};
   }
+  // The producer's tensor descriptor, checked against size() at read time: std::nullopt when the
+  // producer set none or set one that does not describe this frame (tensor_invalid()).
+  std::optional<TensorDesc> tensor() const noexcept {
+    return has_tensor_ ? std::optional<TensorDesc>(tensor_) : std::nullopt;
+  }
+  // True when the frame carried a tensor descriptor that failed validation (corrupt or hostile
+  // producer, or a publish shorter than the tensor): the bytes are delivered, the tensor is not.
+  bool tensor_invalid() const noexcept { return tensor_invalid_; }
+  // Loan::set_capture_time_ns of the producer; 0 when it set none.
+  std::uint64_t capture_time_ns() const noexcept { return capture_time_ns_; }
   bool held() const noexcept;  // false after release and in a fork child
 
   // Gives the frame back. Idempotent.
@@ -110,9 +136,13 @@ class Frame {
   std::uint64_t generation_ = 0;  // slot generation of the claim
   std::uint64_t skipped_ = 0;
   std::uint64_t acquired_ns_ = 0;
+  std::uint64_t capture_time_ns_ = 0;
   std::uint32_t slot_ = 0;
   std::uint32_t metadata_bytes_ = 0;
-  alignas(8) unsigned char metadata_[kMaxMetadataBytes] = {};
+  const std::byte* metadata_ = nullptr;
+  bool has_tensor_ = false;
+  bool tensor_invalid_ = false;
+  TensorDesc tensor_;
 };
 
 }  // namespace ipcring

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ipcring/config.hpp"
+#include "ipcring/tensor.hpp"
 
 namespace ipcring {
 
@@ -46,6 +47,12 @@ struct SlotInfo {
   std::uint64_t generation = 0;
   std::uint64_t bytes = 0;
   std::uint64_t timestamp_ns = 0;
+  // The frame header, when it belongs to `sequence` (read without claiming: an estimate while the
+  // producer runs, validated like a reader validates it).
+  std::uint64_t capture_time_ns = 0;  // 0: not set
+  std::uint32_t metadata_bytes = 0;
+  bool has_tensor = false;
+  TensorDesc tensor;  // when has_tensor
 };
 
 struct ReaderInfo {
@@ -62,7 +69,18 @@ struct ReaderInfo {
   std::uint64_t attached_ns = 0;   // CLOCK_MONOTONIC
   std::vector<std::uint32_t> held_slots;
   std::vector<std::uint64_t> hold_histogram;  // bucket b: holds of [2^b, 2^(b+1)) ns
+  // Delay from publish to this reader's claim, over the frames it read since it attached:
+  // half-octave buckets (bucket b >= 2 starts at delay_bucket_lower_ns(b)).
+  std::vector<std::uint64_t> delay_histogram;
+  std::uint64_t delay_count = 0;   // frames counted in delay_histogram
+  std::uint64_t delay_p50_ns = 0;  // upper bounds of the buckets holding the quantiles
+  std::uint64_t delay_p99_ns = 0;  // (0 when nothing was counted)
 };
+
+// Lower bound in ns of delay-histogram bucket b.
+std::uint64_t delay_bucket_lower_ns(std::size_t b) noexcept;
+// The upper bound of the bucket that holds quantile q (0..1) of a delay histogram; 0 if empty.
+std::uint64_t delay_quantile_ns(const std::vector<std::uint64_t>& histogram, double q) noexcept;
 
 struct Snapshot {
   std::string name;
@@ -79,6 +97,7 @@ struct Snapshot {
   std::uint64_t taken_ns = 0;         // CLOCK_MONOTONIC when the snapshot was taken
   std::uint64_t created_unix_ns = 0;  // CLOCK_REALTIME when the channel was created (display only)
   std::uint64_t reap_period_ns = 0;   // the producer's periodic reap, as configured at creation
+  std::uint32_t metadata_bytes = 0;   // user metadata capacity per frame
   ProducerInfo producer;
   std::vector<SlotInfo> slots_info;   // "slots" in JSON
   std::vector<ReaderInfo> readers;    // entries in use: alive, or dead and not yet reaped

@@ -8,4 +8,5 @@
 #include "ipcring/producer.hpp"
 #include "ipcring/reader.hpp"
 #include "ipcring/result.hpp"
+#include "ipcring/tensor.hpp"
 #include "ipcring/version.hpp"

@@ -20,6 +20,7 @@
 
 #include "errors.hpp"
 #include "state.hpp"
+#include "tensors.hpp"
 #include "views.hpp"
 
 namespace py = pybind11;
@@ -108,6 +109,26 @@ const char* policy_name(ReadPolicy p) {
   return p == ReadPolicy::sequential ? "sequential" : "latest";
 }
 
+py::object shape_tuple(const std::optional<TensorDesc>& t) {
+  if (!t) return py::none();
+  py::tuple out(t->ndim);
+  for (std::uint8_t d = 0; d < t->ndim; ++d) out[d] = t->shape[d];
+  return out;
+}
+
+py::object strides_tuple(const std::optional<TensorDesc>& t) {
+  if (!t) return py::none();
+  py::tuple out(t->ndim);
+  for (std::uint8_t d = 0; d < t->ndim; ++d) out[d] = t->stride(d);
+  return out;
+}
+
+py::object dtype_name(const std::optional<TensorDesc>& t) {
+  if (!t) return py::none();
+  const DtypeInfo* d = dtype_info(t->dtype_code, t->dtype_bits);
+  return py::str(d != nullptr ? std::string(d->name) : t->dtype_name());
+}
+
 // A C-contiguous read-only view of a bytes-like object. A strided one (a transposed numpy array)
 // is an InvalidArgument: copy it with numpy.ascontiguousarray first.
 class ContiguousBuffer {
@@ -141,13 +162,50 @@ std::unique_lock<std::mutex> lock_state(std::mutex& m) {
   return lock;
 }
 
+// Loan.set_tensor / ndarray / tensor: describe the loan's bytes; returns the descriptor.
+TensorDesc describe_loan(PyLoan& l, const py::handle& shape, const py::handle& dtype,
+                         const py::object& strides, std::uint64_t byte_offset) {
+  if (!l.state) {
+    raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + "describing a loan that was " +
+                                           (l.published ? "published" : "discarded"));
+  }
+  const DtypeInfo& d = parse_dtype(dtype, l.channel);
+  const std::vector<std::int64_t> dims = parse_shape(shape, l.channel);
+  TensorDesc t = make_contiguous(d, dims);
+  t.byte_offset = byte_offset;
+  if (!strides.is_none()) {
+    const std::vector<std::int64_t> st = parse_shape(strides, l.channel);
+    if (st.size() != dims.size()) {
+      raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + std::to_string(st.size()) +
+                                             " strides for " + std::to_string(dims.size()) +
+                                             " dimensions");
+    }
+    for (std::size_t k = 0; k < st.size(); ++k) t.strides[k] = st[k];
+  }
+  const auto span = tensor_span(t);
+  if (!span || *span > l.capacity) {
+    raise_errc(Errc::invalid_argument,
+               channel_prefix(l.channel) + "a " + std::string(d.name) + " tensor of shape " +
+                   t.shape_text() +
+                   (span ? " needs " + std::to_string(*span) + " bytes" : " is too large") +
+                   "; the frame capacity is " + std::to_string(l.capacity) + " bytes");
+  }
+  auto lock = lock_state(l.state->producer->mutex);
+  if (!l.state->loan.set_tensor(t)) {
+    raise_errc(Errc::invalid_argument,
+               channel_prefix(l.channel) + "set_tensor() refused (forked child?)");
+  }
+  l.tensor = t;
+  return t;
+}
+
 // ---- Producer ------------------------------------------------------------------------------
 
 class PyProducer {
  public:
   PyProducer(const std::string& name, std::int64_t slots, std::int64_t max_readers,
              std::int64_t max_held, std::int64_t frame_bytes, const std::string& backend,
-             std::int64_t mode, int cuda_device, double reap_period)
+             std::int64_t mode, int cuda_device, double reap_period, std::int64_t metadata_bytes)
       : state_(std::make_shared<ProducerState>()) {
     ChannelConfig c;
     c.slots = config_u32(slots, name, "slots");
@@ -166,6 +224,7 @@ class PyProducer {
     c.mode = static_cast<unsigned>(mode);
     c.cuda_device = cuda_device;
     c.reap_period = seconds_option(reap_period, name, "reap_period");
+    c.metadata_bytes = config_u32(metadata_bytes, name, "metadata_bytes");
     validate_name(name);
     state_->name = name;
     state_->backend = c.backend;
@@ -234,7 +293,9 @@ class PyProducer {
                          " view(s) of the loan (memoryview, numpy array, tensor) are alive; "
                          "delete them first, so nothing writes into a published frame");
     }
-    std::size_t bytes = l.capacity;
+    // Default: the bytes of the tensor the loan describes, else the whole capacity.
+    std::size_t bytes =
+        l.tensor ? static_cast<std::size_t>(tensor_span(*l.tensor).value_or(0)) : l.capacity;
     if (nbytes) {
       if (*nbytes < 0 || static_cast<std::uint64_t>(*nbytes) > l.capacity) {
         raise_errc(Errc::invalid_argument, channel_prefix(st.name) + "publish of " +
@@ -255,23 +316,46 @@ class PyProducer {
     return seq;
   }
 
-  // Convenience: loan, copy `data` in, set metadata, publish.
-  std::uint64_t send(const py::buffer& data, const std::optional<py::bytes>& metadata,
+  // Convenience: loan, copy `obj`'s elements in (C order), describe them (dtype, shape), set
+  // the capture time and metadata, publish.
+  std::uint64_t send(const py::object& obj, const std::optional<std::int64_t>& capture_time_ns,
+                     const std::optional<py::bytes>& metadata,
                      const std::optional<double>& timeout) {
-    const ContiguousBuffer source(data, state_->name);
-    const std::size_t bytes = source.size();
+    const SendSource source(obj, state_->name);
+    const std::size_t bytes = source.bytes();
     if (bytes > config().frame_bytes) {
-      raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "send() of " +
-                                             std::to_string(bytes) +
-                                             " bytes exceeds the frame "
-                                             "capacity of " +
-                                             std::to_string(config().frame_bytes));
+      raise_errc(Errc::invalid_argument,
+                 channel_prefix(state_->name) + "send() of a " + source.tensor().dtype_name() +
+                     " array of shape " + source.tensor().shape_text() + " (" +
+                     std::to_string(bytes) + " bytes) exceeds the frame capacity of " +
+                     std::to_string(config().frame_bytes) + " bytes");
+    }
+    if (capture_time_ns && *capture_time_ns < 0) {
+      raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "send(capture_time_ns=" +
+                                             std::to_string(*capture_time_ns) + "): must be >= 0");
+    }
+    if (metadata) {
+      const std::size_t m = py::len(*metadata);
+      if (m > config().metadata_bytes) {
+        raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "metadata of " +
+                                               std::to_string(m) +
+                                               " bytes exceeds the channel's metadata_bytes = " +
+                                               std::to_string(config().metadata_bytes));
+      }
     }
     PyLoan l = loan(timeout);
     if (metadata) set_metadata(l, *metadata);
     {
+      auto lock = lock_state(state_->mutex);
+      l.state->loan.set_tensor(source.tensor());  // fits: bytes <= frame_bytes
+      if (capture_time_ns) {
+        l.state->loan.set_capture_time_ns(static_cast<std::uint64_t>(*capture_time_ns));
+      }
+    }
+    l.tensor = source.tensor();
+    {
       py::gil_scoped_release nogil;
-      std::memcpy(l.data, source.data(), bytes);
+      source.copy_to(l.data);
     }
     return publish(l, static_cast<std::int64_t>(bytes));
   }
@@ -300,12 +384,13 @@ class PyProducer {
                                              "that was published or discarded");
     }
     const std::string m = metadata;
-    if (m.size() > kMaxMetadataBytes) {
-      raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + "metadata of " +
-                                             std::to_string(m.size()) + " bytes exceeds " +
-                                             std::to_string(kMaxMetadataBytes));
-    }
     auto lock = lock_state(l.state->producer->mutex);
+    if (m.size() > l.state->loan.metadata_capacity()) {
+      raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + "metadata of " +
+                                             std::to_string(m.size()) +
+                                             " bytes exceeds the channel's metadata_bytes = " +
+                                             std::to_string(l.state->loan.metadata_capacity()));
+    }
     if (!l.state->loan.set_metadata(
             std::span(reinterpret_cast<const std::byte*>(m.data()), m.size()))) {
       raise_errc(Errc::invalid_argument,
@@ -358,6 +443,9 @@ class PyReader {
     o.producer_probe = seconds_option(producer_probe, name, "producer_probe");
     const std::chrono::nanoseconds wait =
         seconds_option(wait_for_channel, name, "wait_for_channel");
+    // Tensors handed to Python cannot be marked read-only (DLPack 0.6): map the pool
+    // copy-on-write, so an in-place op on a frame's tensor changes a private copy, never faults.
+    o.copy_on_write = true;
     state_->name = name;
     attach_waiting(name, o, wait);
     Backend backend = Backend::host;
@@ -506,6 +594,9 @@ class PyReader {
     f.slot = frame.slot();
     const auto m = frame.metadata();
     f.metadata.assign(reinterpret_cast<const char*>(m.data()), m.size());
+    f.tensor = frame.tensor();
+    f.tensor_invalid = frame.tensor_invalid();
+    f.capture_time_ns = frame.capture_time_ns();
     f.device = state_->device;
     f.hold = std::make_shared<FrameHold>();
     f.hold->frame = std::move(frame);
@@ -537,33 +628,51 @@ py::dict snapshot_dict(const Snapshot& s) {
     for (std::uint32_t b = 0; b < 64; ++b) {
       if ((si.reader_mask >> b) & 1U) indices.append(b);
     }
+    const std::optional<TensorDesc> t =
+        si.has_tensor ? std::optional<TensorDesc>(si.tensor) : std::nullopt;
     slots.append(py::dict("index"_a = si.index, "sequence"_a = si.sequence, "epoch"_a = si.epoch,
                           "state"_a = to_string(si.state), "reader_mask"_a = si.reader_mask,
                           "reader_indices"_a = indices, "generation"_a = si.generation,
-                          "bytes"_a = si.bytes, "timestamp_ns"_a = si.timestamp_ns));
+                          "bytes"_a = si.bytes, "timestamp_ns"_a = si.timestamp_ns,
+                          "capture_time_ns"_a = si.capture_time_ns != 0
+                                                    ? py::object(py::int_(si.capture_time_ns))
+                                                    : py::none(),
+                          "dtype"_a = dtype_name(t), "shape"_a = shape_tuple(t),
+                          "strides"_a = t && !t->is_contiguous() ? strides_tuple(t) : py::none(),
+                          "byte_offset"_a = t ? py::object(py::int_(t->byte_offset)) : py::none(),
+                          "metadata_bytes"_a = si.metadata_bytes));
   }
   py::list readers;
   for (const ReaderInfo& r : s.readers) {
-    readers.append(py::dict("index"_a = r.index, "pid"_a = r.pid, "alive"_a = r.alive,
-                            "generation"_a = r.generation, "instance_id"_a = r.instance_id,
-                            "policy"_a = policy_name(r.policy), "frames_read"_a = r.frames_read,
-                            "overruns"_a = r.overruns, "last_sequence"_a = r.last_sequence,
-                            "last_read_ns"_a = r.last_read_ns, "attached_ns"_a = r.attached_ns,
-                            "held_slots"_a = r.held_slots, "hold_histogram"_a = r.hold_histogram));
+    readers.append(py::dict(
+        "index"_a = r.index, "pid"_a = r.pid, "alive"_a = r.alive, "generation"_a = r.generation,
+        "instance_id"_a = r.instance_id, "policy"_a = policy_name(r.policy),
+        "frames_read"_a = r.frames_read, "overruns"_a = r.overruns,
+        "last_sequence"_a = r.last_sequence, "last_read_ns"_a = r.last_read_ns,
+        "attached_ns"_a = r.attached_ns, "held_slots"_a = r.held_slots,
+        "hold_histogram"_a = r.hold_histogram, "delay_count"_a = r.delay_count,
+        "delay_p50_ns"_a = r.delay_count != 0 ? py::object(py::int_(r.delay_p50_ns)) : py::none(),
+        "delay_p99_ns"_a = r.delay_count != 0 ? py::object(py::int_(r.delay_p99_ns)) : py::none(),
+        "delay_histogram"_a = r.delay_histogram));
   }
-  return py::dict(
-      "name"_a = s.name, "layout_version"_a = s.layout_version,
-      "backend"_a = backend_name(s.backend), "slot_count"_a = s.slots,
-      "max_readers"_a = s.max_readers, "max_held"_a = s.max_held, "frame_bytes"_a = s.frame_bytes,
-      "segment_bytes"_a = s.segment_bytes, "frames_segment_bytes"_a = s.frames_segment_bytes,
-      "owner_uid"_a = s.owner_uid, "mode"_a = s.mode, "taken_ns"_a = s.taken_ns,
-      "created_unix_ns"_a = s.created_unix_ns, "reap_period_ns"_a = s.reap_period_ns,
-      "producer"_a = producer, "slots"_a = slots, "readers"_a = readers, "problems"_a = s.problems);
+  return py::dict("name"_a = s.name, "layout_version"_a = s.layout_version,
+                  "backend"_a = backend_name(s.backend), "slot_count"_a = s.slots,
+                  "max_readers"_a = s.max_readers, "max_held"_a = s.max_held,
+                  "frame_bytes"_a = s.frame_bytes, "segment_bytes"_a = s.segment_bytes,
+                  "frames_segment_bytes"_a = s.frames_segment_bytes, "owner_uid"_a = s.owner_uid,
+                  "mode"_a = s.mode, "taken_ns"_a = s.taken_ns,
+                  "created_unix_ns"_a = s.created_unix_ns, "reap_period_ns"_a = s.reap_period_ns,
+                  "metadata_bytes"_a = s.metadata_bytes, "producer"_a = producer, "slots"_a = slots,
+                  "readers"_a = readers, "problems"_a = s.problems);
 }
 
 std::string frame_repr(const PyFrame& f) {
+  std::string tensor;
+  if (f.tensor) {
+    tensor = " " + std::string(py::str(dtype_name(f.tensor))) + f.tensor->shape_text();
+  }
   return "<ipcring.Frame channel='" + f.channel + "' sequence=" + std::to_string(f.sequence) +
-         " size=" + std::to_string(f.size) + " slot=" + std::to_string(f.slot) +
+         tensor + " size=" + std::to_string(f.size) + " slot=" + std::to_string(f.slot) +
          (f.hold ? " held>" : (f.watch.expired() ? " released>" : " released, views alive>"));
 }
 
@@ -621,7 +730,33 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "skipped", [](const PyFrame& f) { return f.skipped; },
           "frames skipped since the previous read (overruns for sequential)")
       .def_property_readonly("slot", [](const PyFrame& f) { return f.slot; })
-      .def_property_readonly("metadata", [](const PyFrame& f) { return py::bytes(f.metadata); })
+      .def_property_readonly(
+          "metadata", [](const PyFrame& f) { return py::bytes(f.metadata); },
+          "the producer's metadata (bytes; empty when it set none)")
+      .def_property_readonly(
+          "shape", [](const PyFrame& f) { return shape_tuple(f.tensor); },
+          "the producer's tensor shape (tuple), or None for a frame of plain bytes")
+      .def_property_readonly(
+          "dtype", [](const PyFrame& f) { return dtype_name(f.tensor); },
+          "the element type's NumPy name ('uint8', 'float32', 'bfloat16' ...), or None")
+      .def_property_readonly(
+          "strides", [](const PyFrame& f) { return strides_tuple(f.tensor); },
+          "strides in elements (tuple), or None")
+      .def_property_readonly(
+          "byte_offset",
+          [](const PyFrame& f) {
+            return f.tensor ? py::object(py::int_(f.tensor->byte_offset)) : py::none();
+          },
+          "offset of the tensor's first element in the frame, or None")
+      .def_property_readonly(
+          "tensor_invalid", [](const PyFrame& f) { return f.tensor_invalid; },
+          "the producer's tensor descriptor did not describe this frame and was dropped")
+      .def_property_readonly(
+          "capture_time_ns",
+          [](const PyFrame& f) {
+            return f.capture_time_ns != 0 ? py::object(py::int_(f.capture_time_ns)) : py::none();
+          },
+          "the producer's capture time (send(capture_time_ns=...)), or None")
       .def_property_readonly("channel", [](const PyFrame& f) { return f.channel; })
       .def_property_readonly(
           "address", [](const PyFrame& f) { return reinterpret_cast<std::uintptr_t>(f.data); },
@@ -678,7 +813,71 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
           "valid", [](const PyLoan& l) { return static_cast<bool>(l.state); },
           "not yet published or discarded")
       .def("set_metadata", &PyProducer::set_metadata, py::arg("metadata"),
-           "Up to 64 bytes published with the frame (Frame.metadata).")
+           "Up to metadata_capacity bytes published with the frame (Frame.metadata).")
+      .def_property_readonly(
+          "metadata_capacity",
+          [](PyLoan& l) -> std::size_t {
+            if (!l.state) return 0;
+            auto lock = lock_state(l.state->producer->mutex);
+            return l.state->loan.metadata_capacity();
+          },
+          "the channel's metadata_bytes")
+      .def(
+          "set_tensor",
+          [](PyLoan& l, const py::object& shape, const py::object& dtype, const py::object& strides,
+             std::uint64_t byte_offset) { describe_loan(l, shape, dtype, strides, byte_offset); },
+          py::arg("shape"), py::arg("dtype"), py::arg("strides") = py::none(),
+          py::arg("byte_offset") = 0,
+          "Describe the loan's bytes as a tensor (strides in elements; None: C order); "
+          "publish() then defaults to the tensor's size.")
+      .def(
+          "set_capture_time_ns",
+          [](PyLoan& l, std::int64_t ns) {
+            if (!l.state || ns < 0) {
+              raise_errc(Errc::invalid_argument,
+                         channel_prefix(l.channel) + "set_capture_time_ns(" + std::to_string(ns) +
+                             "): " + (l.state ? "must be >= 0" : "the loan is gone"));
+            }
+            auto lock = lock_state(l.state->producer->mutex);
+            l.state->loan.set_capture_time_ns(static_cast<std::uint64_t>(ns));
+          },
+          py::arg("ns"), "When the frame's content was captured (any clock; Frame.capture_time_ns)")
+      .def(
+          "ndarray",
+          [](const py::object& self, const py::object& shape, const py::object& dtype) {
+            auto& l = self.cast<PyLoan&>();
+            const TensorDesc t = describe_loan(l, shape, dtype, py::none(), 0);
+            const DtypeInfo* d = dtype_info(t.dtype_code, t.dtype_bits);
+            if (d == nullptr || d->format == nullptr) {
+              raise_errc(Errc::invalid_argument,
+                         channel_prefix(l.channel) + "numpy has no " + t.dtype_name() +
+                             " arrays; use loan.tensor(shape, dtype) with torch");
+            }
+            const py::module_ np = py::module_::import("numpy");
+            // A memoryview of the loan: counted as a live view, writable, zero-copy.
+            const py::object bytes =
+                py::reinterpret_steal<py::object>(PyMemoryView_FromObject(self.ptr()));
+            if (!bytes) throw py::error_already_set();
+            py::tuple dims(t.ndim);
+            for (std::uint8_t k = 0; k < t.ndim; ++k) dims[k] = t.shape[k];
+            return np
+                .attr("frombuffer")(bytes, "dtype"_a = d->name,
+                                    "count"_a = static_cast<std::int64_t>(t.elements()))
+                .attr("reshape")(dims);
+          },
+          py::arg("shape"), py::arg("dtype"),
+          "A writable numpy array of `shape` and `dtype` over the loan's memory (zero-copy); "
+          "also describes the frame (set_tensor). Delete it before publish().")
+      .def(
+          "tensor",
+          [](PyLoan& l, const py::object& shape, const py::object& dtype) {
+            const TensorDesc t = describe_loan(l, shape, dtype, py::none(), 0);
+            const py::object capsule = loan_dlpack_typed(l, t);
+            return py::module_::import("torch.utils.dlpack").attr("from_dlpack")(capsule);
+          },
+          py::arg("shape"), py::arg("dtype"),
+          "A writable torch tensor of `shape` and `dtype` (a torch.dtype or a name) over the "
+          "loan's memory (zero-copy); also describes the frame. Delete it before publish().")
       .def(
           "write",
           [](PyLoan& l, const py::buffer& data, std::int64_t offset) {
@@ -721,7 +920,7 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
   // ---- Producer ----
   py::class_<PyProducer>(m, "Producer", R"doc(
 Producer(name, slots=8, max_readers=4, max_held=1, frame_bytes=0, backend='host', mode=0o600,
-         cuda_device=0, reap_period=0.1)
+         cuda_device=0, reap_period=0.1, metadata_bytes=256)
 
 Creates the channel `name` (or takes over one whose producer died) with `slots` frame buffers of
 `frame_bytes` bytes each. With slots >= max_readers*max_held + 2, loan() never fails. close() (or
@@ -729,18 +928,21 @@ the end of a `with` block) marks the channel closed, wakes readers (they get Pro
 removes its shared-memory names.
 )doc")
       .def(py::init<const std::string&, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                    const std::string&, std::int64_t, int, double>(),
+                    const std::string&, std::int64_t, int, double, std::int64_t>(),
            py::arg("name"), py::arg("slots") = 8, py::arg("max_readers") = 4,
            py::arg("max_held") = 1, py::arg("frame_bytes") = 0, py::arg("backend") = "host",
-           py::arg("mode") = 0600, py::arg("cuda_device") = 0, py::arg("reap_period") = 0.1)
+           py::arg("mode") = 0600, py::arg("cuda_device") = 0, py::arg("reap_period") = 0.1,
+           py::arg("metadata_bytes") = 256)
       .def("loan", &PyProducer::loan, py::arg("timeout") = py::none(),
            "A free slot to fill. timeout: None waits until one is free (Ctrl-C interrupts), 0 "
            "tries once, else seconds. Raises NoFreeSlot, LoanOutstanding.")
       .def("publish", &PyProducer::publish, py::arg("loan"), py::arg("nbytes") = py::none(),
            "Publish the loan's first nbytes (default: capacity); returns the sequence number.")
-      .def("send", &PyProducer::send, py::arg("data"), py::arg("metadata") = py::none(),
-           py::arg("timeout") = py::none(),
-           "loan + copy `data` (bytes-like) + set_metadata + publish; returns the sequence.")
+      .def("send", &PyProducer::send, py::arg("obj"), py::arg("capture_time_ns") = py::none(),
+           py::arg("metadata") = py::bytes(), py::arg("timeout") = py::none(),
+           "loan + copy `obj` (numpy array, torch tensor, __dlpack__ or bytes-like object; "
+           "strided ones are compacted to C order) + its dtype and shape + capture time + "
+           "metadata + publish; returns the sequence.")
       .def("reap_dead_readers", &PyProducer::reap_dead_readers,
            "Clear the slots and entries of dead readers now; returns how many were reaped.")
       .def("close", &PyProducer::close)
@@ -752,6 +954,8 @@ removes its shared-memory names.
       .def_property_readonly("max_readers", [](PyProducer& p) { return p.config().max_readers; })
       .def_property_readonly("max_held", [](PyProducer& p) { return p.config().max_held; })
       .def_property_readonly("frame_bytes", [](PyProducer& p) { return p.config().frame_bytes; })
+      .def_property_readonly("metadata_bytes",
+                             [](PyProducer& p) { return p.config().metadata_bytes; })
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PyProducer& p, const py::args&) {

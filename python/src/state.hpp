@@ -92,6 +92,9 @@ struct PyFrame {
   std::uint64_t skipped = 0;
   std::uint32_t slot = 0;
   std::string metadata;
+  std::optional<TensorDesc> tensor;   // validated by the reader against `size`
+  bool tensor_invalid = false;        // the producer's descriptor failed validation
+  std::uint64_t capture_time_ns = 0;  // 0: not set
   Device device;
 };
 
@@ -104,6 +107,7 @@ struct PyLoan {
   std::uint64_t sequence = 0;
   std::uint32_t slot = 0;
   bool published = false;
+  std::optional<TensorDesc> tensor;  // set_tensor / ndarray / tensor: publish's default size
   Device device;
 };
 

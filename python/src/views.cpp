@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "errors.hpp"
+#include "tensors.hpp"
 
 namespace ipcring::python {
 
@@ -19,8 +20,8 @@ constexpr const char* kUsedCapsuleName = "used_dltensor";
 // thread, possibly without the GIL: nothing here touches Python.
 struct DlpackExport {
   DLManagedTensor managed{};
-  std::int64_t shape[1] = {0};
-  std::int64_t strides[1] = {1};
+  std::int64_t shape[8] = {0};
+  std::int64_t strides[8] = {1};
   std::shared_ptr<FrameHold> frame;  // frame exports: the slot stays held while the tensor lives
   std::unique_ptr<LoanExport> loan;  // loan exports: counted in LoanState::exports
 };
@@ -71,15 +72,30 @@ void check_stream(const Device& device, const py::object& stream, const std::str
                                     "build of the Python module");
 }
 
-py::object make_capsule(DlpackExport* e, void* data, std::size_t bytes, const Device& device) {
-  e->shape[0] = static_cast<std::int64_t>(bytes);
+// A capsule of `bytes` bytes at `data`, typed by `tensor` when given (its byte offset is folded
+// into the data pointer, which older consumers such as torch 1.13 handle best), else 1-D uint8.
+py::object make_capsule(DlpackExport* e, std::byte* data, std::size_t bytes, const Device& device,
+                        const TensorDesc* tensor = nullptr) {
   DLTensor& t = e->managed.dl_tensor;
-  t.data = data;
   t.device = to_dl(device);
-  t.ndim = 1;
-  t.dtype.code = kDLUInt;
-  t.dtype.bits = 8;
   t.dtype.lanes = 1;
+  if (tensor != nullptr) {
+    t.data = data + tensor->byte_offset;
+    t.ndim = tensor->ndim;
+    t.dtype.code = tensor->dtype_code;
+    t.dtype.bits = tensor->dtype_bits;
+    for (std::uint8_t d = 0; d < tensor->ndim; ++d) {
+      e->shape[d] = tensor->shape[d];
+      e->strides[d] = tensor->stride(d);
+    }
+  } else {
+    t.data = data;
+    t.ndim = 1;
+    t.dtype.code = kDLUInt;
+    t.dtype.bits = 8;
+    e->shape[0] = static_cast<std::int64_t>(bytes);
+    e->strides[0] = 1;
+  }
   t.shape = e->shape;
   t.strides = e->strides;
   t.byte_offset = 0;
@@ -122,10 +138,44 @@ int frame_getbuffer(PyObject* self, Py_buffer* view, int flags) {
     }
     // The view refers to a FrameView that owns a reference to the hold: the slot stays held
     // until the view is released, even if the Frame is released or collected first.
-    py::object keeper = py::cast(FrameView{f.hold, f.sequence});
-    // PyBuffer_FillInfo takes its own reference to `keeper` (view->obj).
-    return PyBuffer_FillInfo(view, keeper.ptr(), const_cast<std::byte*>(f.data),
-                             checked_length(f.size), 1, flags);
+    py::object keeper = py::cast(FrameView{f.hold, f.sequence, {}, {}, {}});
+    const DtypeInfo* dtype =
+        f.tensor ? dtype_info(f.tensor->dtype_code, f.tensor->dtype_bits) : nullptr;
+    const bool typed = dtype != nullptr && dtype->format != nullptr &&
+                       (flags & PyBUF_FORMAT) == PyBUF_FORMAT && (flags & PyBUF_ND) == PyBUF_ND;
+    if (!typed) {
+      // The frame's bytes: frames without a tensor, bfloat16 (no buffer format), and consumers
+      // that ask for plain bytes (numpy.frombuffer).
+      // PyBuffer_FillInfo takes its own reference to `keeper` (view->obj).
+      return PyBuffer_FillInfo(view, keeper.ptr(), const_cast<std::byte*>(f.data),
+                               checked_length(f.size), 1, flags);
+    }
+    const TensorDesc& t = *f.tensor;
+    const bool contiguous = t.is_contiguous();
+    if (!contiguous && (flags & PyBUF_STRIDES) != PyBUF_STRIDES) {
+      raise_buffer_error(channel_prefix(f.channel) + "frame " + std::to_string(f.sequence) +
+                         " holds a strided tensor: its buffer needs a consumer that takes "
+                         "strides (memoryview, numpy)");
+    }
+    auto& kv = keeper.cast<FrameView&>();
+    kv.format = dtype->format;
+    const auto item = static_cast<Py_ssize_t>(t.element_bytes());
+    for (std::uint8_t d = 0; d < t.ndim; ++d) {
+      kv.shape[d] = static_cast<Py_ssize_t>(t.shape[d]);
+      kv.strides[d] = static_cast<Py_ssize_t>(t.stride(d)) * item;
+    }
+    view->buf = const_cast<std::byte*>(f.data) + t.byte_offset;
+    view->len = static_cast<Py_ssize_t>(t.elements()) * item;
+    view->itemsize = item;
+    view->readonly = 1;
+    view->ndim = t.ndim;
+    view->format = kv.format.data();
+    view->shape = t.ndim == 0 ? nullptr : kv.shape;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && t.ndim != 0 ? kv.strides : nullptr;
+    view->suboffsets = nullptr;
+    view->internal = nullptr;
+    view->obj = keeper.release().ptr();  // the view's reference
+    return 0;
   } catch (...) {
     set_python_error_from_current_exception();
     view->obj = nullptr;
@@ -194,8 +244,11 @@ py::object frame_dlpack(const PyFrame& f, const py::object& stream) {
   check_stream(f.device, stream, f.channel);
   auto* e = new DlpackExport();
   e->frame = f.hold;
-  // DLPack 0.6 has no read-only flag: the consumer gets a mutable pointer to read-only memory.
-  return make_capsule(e, const_cast<std::byte*>(f.data), f.size, f.device);
+  // DLPack 0.6 has no read-only flag: the consumer gets a mutable pointer. Python readers map the
+  // pool copy-on-write (ReaderOptions::copy_on_write), so a write changes this process's copy of
+  // the touched pages only, and the copies are discarded when the frame is released.
+  return make_capsule(e, const_cast<std::byte*>(f.data), f.size, f.device,
+                      f.tensor ? &*f.tensor : nullptr);
 }
 
 py::object loan_dlpack(PyLoan& l, const py::object& stream) {
@@ -208,6 +261,18 @@ py::object loan_dlpack(PyLoan& l, const py::object& stream) {
   auto* e = new DlpackExport();
   e->loan = std::make_unique<LoanExport>(l.state);
   return make_capsule(e, l.data, l.capacity, l.device);
+}
+
+py::object loan_dlpack_typed(PyLoan& l, const TensorDesc& tensor) {
+  if (!l.state) {
+    raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + "loan of sequence " +
+                                           std::to_string(l.sequence) +
+                                           (l.published ? " was published" : " was discarded"));
+  }
+  check_stream(l.device, py::none(), l.channel);
+  auto* e = new DlpackExport();
+  e->loan = std::make_unique<LoanExport>(l.state);
+  return make_capsule(e, l.data, l.capacity, l.device, &tensor);
 }
 
 py::tuple dlpack_device(const Device& device) {

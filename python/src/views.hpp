@@ -33,6 +33,10 @@ void install_loan_buffer(py::handle loan_type);
 struct FrameView {
   std::shared_ptr<FrameHold> hold;
   std::uint64_t sequence = 0;
+  // A typed view's geometry (Py_buffer points at these while the view lives).
+  Py_ssize_t shape[8] = {};
+  Py_ssize_t strides[8] = {};
+  std::string format;
 };
 
 // One live view of a loan: counted in LoanState::exports from construction to destruction.
@@ -58,6 +62,8 @@ struct LoanView {
 // __dlpack__(stream) and __dlpack_device__().
 py::object frame_dlpack(const PyFrame& frame, const py::object& stream);
 py::object loan_dlpack(PyLoan& loan, const py::object& stream);
+// A DLPack capsule of a loan typed as `tensor` (already checked against the capacity).
+py::object loan_dlpack_typed(PyLoan& loan, const TensorDesc& tensor);
 py::tuple dlpack_device(const Device& device);
 
 // Device of a backend's buffers in this process; throws ipcring::Error(unsupported) for backends

@@ -30,6 +30,29 @@ def producer(name, slots, readers, max_held, frame_bytes, count, rate):
         sys.stdin.read()  # the parent closes our stdin when it is done reading
 
 
+def tensor_frames():
+    """The two frames of the tensor tests: a (480, 640, 3) uint8 image and a (3, 64, 64) float32
+    feature map, with values derived from their index."""
+    import numpy as np
+    import torch
+    image = (np.arange(480 * 640 * 3) % 251).astype(np.uint8).reshape(480, 640, 3)
+    features = torch.arange(3 * 64 * 64, dtype=torch.float32).reshape(3, 64, 64) / 7
+    return image, features
+
+
+def tensor_producer(name):
+    """Creates the channel, waits for 'go' on stdin, sends tensor_frames() (with capture times
+    and metadata), then keeps the channel until stdin closes."""
+    image, features = tensor_frames()
+    with ipcring.Producer(name, slots=6, max_readers=4, max_held=2, frame_bytes=1 << 20) as p:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        p.send(image, capture_time_ns=1111, metadata=b"camera front")
+        p.send(features, capture_time_ns=2222, metadata=bytes([0, 1, 2, 255]))
+        print("sent", flush=True)
+        sys.stdin.read()
+
+
 def holder(name):
     """Reads one frame, keeps only a torch tensor of it (the Frame object is gone), waits."""
     import torch

@@ -33,3 +33,11 @@ def ringsub():
     if not path or not os.access(path, os.X_OK):
         pytest.skip("ringsub not built (IPCRING_RINGSUB unset or not executable)")
     return path
+
+
+@pytest.fixture
+def ringdump():
+    path = os.environ.get("IPCRING_RINGDUMP")
+    if not path or not os.access(path, os.X_OK):
+        pytest.skip("ringdump not built (IPCRING_RINGDUMP unset or not executable)")
+    return path

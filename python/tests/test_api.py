@@ -81,15 +81,21 @@ def test_send_and_loan_views(channel):
         assert p.publish(loan, 4) == 2
         with r.read(timeout=1) as f:
             assert bytes(f) == b"\x09\x08\x07\x06"
-        # send() and write() take C-contiguous bytes-like objects only.
+        # send() compacts a strided array to C order and describes it; write() takes
+        # C-contiguous bytes-like objects only.
         grid = np.arange(64, dtype=np.uint8).reshape(8, 8)
         with pytest.raises(ipcring.InvalidArgument):
-            p.send(grid.T)
+            loan = p.loan()
+            try:
+                loan.write(grid.T)
+            finally:
+                loan.discard()
         with pytest.raises(ipcring.InvalidArgument):
             p.send(b"x" * 4097)
-        assert p.send(np.ascontiguousarray(grid.T)) == 3
+        assert p.send(grid.T) == 3
         with r.read(timeout=1) as f:
             assert bytes(f) == grid.T.tobytes()
+            assert f.shape == (8, 8) and f.dtype == "uint8"
 
 
 def test_loan_views_block_publish(channel):
@@ -132,7 +138,7 @@ def test_loan_discard_and_outstanding(channel):
         with pytest.raises(ipcring.InvalidArgument):
             p.publish(loan2, 4097)  # beyond the capacity
         with pytest.raises(ipcring.InvalidArgument):
-            loan2.set_metadata(b"x" * 65)
+            loan2.set_metadata(b"x" * 257)  # the default metadata_bytes is 256
         with pytest.raises(ipcring.InvalidArgument):
             loan2.write(b"x" * 10, offset=4090)
         assert p.publish(loan2) == 1  # default: the whole capacity

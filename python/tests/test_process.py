@@ -112,7 +112,7 @@ def test_ringsub_reader_of_python_producer(channel, ringsub):
 def test_sigkilled_reader_holding_a_tensor_is_reaped(channel):
     with ipcring.Producer(channel, slots=4, max_readers=1, max_held=1,
                           frame_bytes=4096, reap_period=3600) as p:
-        p.send(ringtest.pattern(1, 4096))
+        p.send(ringtest.pattern(1, 4096).tobytes())  # bytes: torch 1.13 imports no uint64
         child = ringtest.spawn_child("holder", channel)
         try:
             line = ringtest.expect_line(child, "holding")

@@ -76,7 +76,8 @@ struct PoolRequest {
   SegmentView view;
   unsigned mode = 0600;
   int cuda_device = 0;
-  bool create = false;  // producer: a new channel (else a takeover of an existing one)
+  bool create = false;         // producer: a new channel (else a takeover of an existing one)
+  bool copy_on_write = false;  // host reader: ReaderOptions::copy_on_write
 };
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);

@@ -490,6 +490,7 @@ std::optional<TakenEntry> take_reader_entry(const SegmentView& view, std::string
     e.last_read_ns.store(0, std::memory_order_relaxed);
     e.held.store(0, std::memory_order_relaxed);
     for (auto& b : e.hold_histogram) b.store(0, std::memory_order_relaxed);
+    for (auto& b : e.delay_histogram) b.store(0, std::memory_order_relaxed);
     // (L1) release: identity and telemetry reset are visible before the entry reads as active.
     e.lease_word.store(LeaseWord::make(gen, LeaseState::active), std::memory_order_release);
     return TakenEntry{i, gen};

@@ -19,16 +19,20 @@
 //   | SegmentHeader           |  identity + geometry: written once by the creator, magic last
 //   +-------------------------+ 512
 //   | ProducerBlock           |  producer lease (robust mutex), epoch/state word, head sequence,
-//   |                         |  wake word; reader-written waiter count on its own line
+//   |                         |  wake word; reader-written `waiting` bits on their own line
 //   +-------------------------+ 512 + 512
 //   | ReaderEntry[max_readers]|  one lease (robust mutex) + identity + telemetry per reader
-//   +-------------------------+ reader_table_offset + max_readers * 512
+//   +-------------------------+ reader_table_offset + max_readers * 1024
 //   | Slot[slots]             |  per slot: state word (own line), descriptor (own lines)
 //   +-------------------------+ slot_table_offset + slots * 256
 //   | LogEntry[log_size]      |  publication log: sequence -> slot, log_size a power of two
 //   +-------------------------+ log_offset + log_size * 8, rounded up to 128
 //   | CudaSlot[slots]         |  CUDA backend only: IPC memory/event handles per slot
-//   +-------------------------+ segment_bytes
+//   +-------------------------+ frame_header_offset (the end of the above, rounded up to 128)
+//   | per slot: FrameHeader   |  tensor descriptor, capture time, metadata size (256 bytes)
+//   |   + metadata bytes      |  then metadata_bytes of user metadata, rounded up to 128
+//   +-------------------------+ frame_header_offset + slots * frame_header_stride, page-rounded
+//                                = segment_bytes = frames_offset (the frame pool follows)
 //
 // ABI rule (see docs/protocol.md §ABI): increment kLayoutVersion for every incompatible change —
 // a field's width, order, meaning, or the packing of a state word. tests/unit/layout_test.cpp pins
@@ -54,9 +58,12 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 3;              // 2: head carries (sequence, slot)
+inline constexpr std::uint32_t kLayoutVersion = 4;              // 2: head carries (sequence, slot)
 // 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
-//    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness").
+//    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness");
+//    or (a parallel line of development) per-slot frame headers and the reader delay histogram.
+// 4: both of the above: one object per channel whose control segment ends with the per-slot frame
+//    headers (tensor, capture time, metadata of metadata_bytes); reader delay histogram.
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -64,8 +71,11 @@ inline constexpr std::uint32_t kMaxSlots = 1024;  // slot index fits in a log en
 inline constexpr std::uint32_t kMaxHeld = 64;     // per-reader hold limit
 inline constexpr std::uint64_t kMaxFrameBytes = 1ULL << 40;
 inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and a margin
-inline constexpr std::size_t kMetadataBytes = 64;
-inline constexpr std::size_t kMutexBytes = 64;  // storage reserved for a pthread_mutex_t
+inline constexpr std::uint32_t kDefaultFrameMetadataBytes = 256;  // FrameHeader metadata area
+inline constexpr std::uint32_t kMaxFrameMetadataBytes = 4096;
+inline constexpr std::uint32_t kTensorDims = 8;
+inline constexpr std::size_t kDelayBuckets = 64;  // half-octave buckets of publish->claim ns
+inline constexpr std::size_t kMutexBytes = 64;    // storage reserved for a pthread_mutex_t
 inline constexpr std::size_t kLibcIdBytes = 32;
 inline constexpr std::size_t kHoldBuckets = 32;      // log2 buckets of hold time in ns
 inline constexpr std::size_t kCudaHandleBytes = 64;  // cudaIpcMemHandle_t / cudaIpcEventHandle_t
@@ -184,8 +194,11 @@ struct alignas(kLine) SegmentHeader {
   std::uint64_t reap_period_ns;
   unsigned char cuda_uuid[16];    // device UUID of the frame pool (cuda backend)
   char name[kMaxNameLength + 1];  // channel name, NUL-terminated
+  std::uint32_t metadata_bytes;   // user metadata capacity of each frame header
   std::uint64_t frames_offset;    // start of the frame pool in the object (== segment_bytes)
   std::uint64_t object_bytes;     // size of the whole object
+  std::uint64_t frame_header_offset;
+  std::uint64_t frame_header_stride;  // sizeof(FrameHeader) + metadata_bytes, rounded up to 128
 };
 
 // Producer block: its lease, the epoch and the hot publication counters.
@@ -237,6 +250,28 @@ struct alignas(kLine) ReaderEntry {
   alignas(kLine)
       // Lines 2-3: hold-time histogram, bucket b counts holds of [2^b, 2^(b+1)) ns.
       std::atomic<std::uint64_t> hold_histogram[kHoldBuckets];
+  alignas(kLine)
+      // Lines 4-7: delay histogram (publish -> claim, CLOCK_MONOTONIC), DelayBucket's buckets.
+      // Written by the reader at each claim with a relaxed add: no system call, no lock.
+      std::atomic<std::uint64_t> delay_histogram[kDelayBuckets];
+};
+
+// Delay histogram buckets: half-octaves. Bucket 0 holds [0, 2) ns; for b >= 2, bucket b holds
+// [lower(b), lower(b + 1)) with lower(2k) = 2^k and lower(2k + 1) = 1.5 * 2^k; the last bucket
+// holds everything from lower(63) (about 3.2 s) up.
+struct DelayBucket {
+  static constexpr std::size_t of(std::uint64_t ns) noexcept {
+    if (ns < 2) return 0;
+    unsigned k = 63;
+    while ((ns >> k) == 0) --k;  // k = floor(log2 ns) >= 1
+    const std::size_t b = 2 * std::size_t{k} + ((ns >> (k - 1)) & 1);
+    return b < kDelayBuckets ? b : kDelayBuckets - 1;
+  }
+  static constexpr std::uint64_t lower(std::size_t b) noexcept {
+    if (b < 2) return 0;
+    const std::uint64_t p = 1ULL << (b / 2);
+    return (b % 2) == 0 ? p : p + p / 2;
+  }
 };
 
 // One slot: its state word alone on a line (readers CAS it), then the descriptor.
@@ -249,9 +284,46 @@ struct alignas(kLine) Slot {
   std::atomic<std::uint64_t> bytes;
   std::atomic<std::uint64_t> timestamp_ns;  // CLOCK_MONOTONIC at publish
   std::atomic<std::uint32_t> buffer_index;
-  std::atomic<std::uint32_t> metadata_bytes;
+  std::uint32_t reserved1;  // the metadata size in layout 2 (now in the FrameHeader)
   std::atomic<std::uint64_t> reserved0;
-  std::atomic<std::uint64_t> metadata[kMetadataBytes / 8];
+};
+
+// Frame header: what a frame is, beside the slot's hot lines. Written by the producer while the
+// slot is WRITING (set_tensor, set_capture_time_ns, set_metadata, then `sequence` at publish), all
+// before the release store (P2) that publishes the slot; read by a reader after its claim (R3),
+// which validates every field and takes the header only if `sequence` is the frame's sequence
+// (a header left by a dropped loan or an older publication is never attributed to this frame).
+// The metadata bytes follow the header (sizeof(FrameHeader) bytes from its start); like the payload
+// they are plain bytes, written only under W and read only while a reader's bit is set.
+struct alignas(kLine) FrameHeader {
+  std::atomic<std::uint64_t> sequence;         // publication described; 0 = none
+  std::atomic<std::uint64_t> capture_time_ns;  // producer-set (any clock); 0 = not set
+  // TensorWord: bits 0-7 DLPack type code, 8-15 bits, 16-23 ndim, bit 32 a tensor is present.
+  std::atomic<std::uint64_t> tensor_word;
+  std::atomic<std::uint64_t> byte_offset;
+  std::atomic<std::uint32_t> metadata_bytes;  // <= the segment's metadata_bytes
+  std::uint32_t reserved0;
+  std::uint64_t reserved1[3];
+  std::atomic<std::int64_t> shape[kTensorDims];
+  std::atomic<std::int64_t> strides[kTensorDims];  // in elements; all zero = contiguous
+};
+
+struct TensorWord {
+  static constexpr std::uint64_t kPresent = 1ULL << 32;
+  static constexpr std::uint64_t make(std::uint8_t code, std::uint8_t bits,
+                                      std::uint8_t ndim) noexcept {
+    return kPresent | (std::uint64_t{ndim} << 16) | (std::uint64_t{bits} << 8) | code;
+  }
+  static constexpr bool present(std::uint64_t w) noexcept { return (w & kPresent) != 0; }
+  static constexpr std::uint8_t code(std::uint64_t w) noexcept {
+    return static_cast<std::uint8_t>(w & 0xff);
+  }
+  static constexpr std::uint8_t bits(std::uint64_t w) noexcept {
+    return static_cast<std::uint8_t>((w >> 8) & 0xff);
+  }
+  static constexpr std::uint8_t ndim(std::uint64_t w) noexcept {
+    return static_cast<std::uint8_t>((w >> 16) & 0xff);
+  }
 };
 
 // CUDA handles of one slot's buffer and events (backend == cuda).
@@ -273,20 +345,28 @@ static_assert(offsetof(SegmentHeader, slots) == 72);
 static_assert(offsetof(SegmentHeader, frame_bytes) == 104);
 static_assert(offsetof(SegmentHeader, cuda_uuid) == 192);
 static_assert(offsetof(SegmentHeader, name) == 208);
+static_assert(offsetof(SegmentHeader, metadata_bytes) == 412);
 static_assert(offsetof(SegmentHeader, frames_offset) == 416);
 static_assert(offsetof(SegmentHeader, object_bytes) == 424);
+static_assert(offsetof(SegmentHeader, frame_header_offset) == 432);
+static_assert(offsetof(SegmentHeader, frame_header_stride) == 440);
 static_assert(sizeof(ProducerBlock) == 512);
 static_assert(offsetof(ProducerBlock, lease_word) == 64);
 static_assert(offsetof(ProducerBlock, head) == kLine);
 static_assert(offsetof(ProducerBlock, wake) == kLine + 8);
 static_assert(offsetof(ProducerBlock, waiting) == 2 * kLine);
-static_assert(sizeof(ReaderEntry) == 512);
 static_assert(offsetof(ReaderEntry, lease_word) == 64);
 static_assert(offsetof(ReaderEntry, frames_read) == kLine);
 static_assert(offsetof(ReaderEntry, hold_histogram) == 2 * kLine);
+static_assert(offsetof(ReaderEntry, delay_histogram) == 4 * kLine);
+static_assert(sizeof(ReaderEntry) == 1024);
 static_assert(sizeof(Slot) == 256);
 static_assert(offsetof(Slot, sequence) == kLine);
-static_assert(offsetof(Slot, metadata) == kLine + 48);
+static_assert(offsetof(Slot, reserved0) == kLine + 40);
+static_assert(sizeof(FrameHeader) == 256);
+static_assert(offsetof(FrameHeader, metadata_bytes) == 32);
+static_assert(offsetof(FrameHeader, shape) == 64);
+static_assert(offsetof(FrameHeader, strides) == 128);
 static_assert(sizeof(CudaSlot) == 2304);
 static_assert(offsetof(CudaSlot, release_handle) == 128);
 static_assert(offsetof(CudaSlot, memory_generation) == 128 + kMaxReaders * kCudaHandleBytes);
@@ -307,7 +387,10 @@ struct Geometry {
   std::uint64_t slot_table_offset = 0;
   std::uint64_t log_offset = 0;
   std::uint64_t cuda_offset = 0;
-  std::uint64_t segment_bytes = 0;  // control segment
+  std::uint32_t metadata_bytes = 0;
+  std::uint64_t frame_header_offset = 0;
+  std::uint64_t frame_header_stride = 0;
+  std::uint64_t segment_bytes = 0;  // control segment, frame headers included
   std::uint64_t frames_offset = 0;
   std::uint64_t object_bytes = 0;  // control segment + frame pool
 };
@@ -323,10 +406,12 @@ constexpr std::uint32_t log_size_for(std::uint32_t slots) noexcept {
 }
 
 // Computes the layout for already-range-checked values (slots in [1, kMaxSlots], max_readers in
-// [1, kMaxReaders], frame_bytes in [1, kMaxFrameBytes], page_bytes a power of two).
-constexpr Geometry compute_geometry(std::uint32_t slots, std::uint32_t max_readers,
-                                    std::uint32_t max_held, std::uint64_t frame_bytes,
-                                    std::uint32_t backend, std::uint64_t page_bytes) noexcept {
+// [1, kMaxReaders], frame_bytes in [1, kMaxFrameBytes], page_bytes a power of two,
+// metadata_bytes in [0, kMaxFrameMetadataBytes]).
+constexpr Geometry compute_geometry(
+    std::uint32_t slots, std::uint32_t max_readers, std::uint32_t max_held,
+    std::uint64_t frame_bytes, std::uint32_t backend, std::uint64_t page_bytes,
+    std::uint32_t metadata_bytes = kDefaultFrameMetadataBytes) noexcept {
   Geometry g;
   g.slots = slots;
   g.max_readers = max_readers;
@@ -346,6 +431,10 @@ constexpr Geometry compute_geometry(std::uint32_t slots, std::uint32_t max_reade
     g.cuda_offset = end;
     end += std::uint64_t{slots} * sizeof(CudaSlot);
   }
+  g.metadata_bytes = metadata_bytes;
+  g.frame_header_offset = round_up(end, kLine);
+  g.frame_header_stride = sizeof(FrameHeader) + round_up(metadata_bytes, kLine);
+  end = g.frame_header_offset + std::uint64_t{slots} * g.frame_header_stride;
   g.segment_bytes = round_up(end, page_bytes);
   g.frames_offset = g.segment_bytes;
   g.object_bytes = g.frames_offset + g.frames_segment_bytes;
@@ -376,6 +465,15 @@ struct SegmentView {
   }
   CudaSlot& cuda_slot(std::uint32_t i) const noexcept {
     return reinterpret_cast<CudaSlot*>(base + geo.cuda_offset)[i];
+  }
+  FrameHeader& frame_header(std::uint32_t i) const noexcept {
+    return *reinterpret_cast<FrameHeader*>(base + geo.frame_header_offset +
+                                           std::uint64_t{i} * geo.frame_header_stride);
+  }
+  // geo.metadata_bytes of user metadata after slot i's frame header.
+  unsigned char* frame_metadata(std::uint32_t i) const noexcept {
+    return base + geo.frame_header_offset + std::uint64_t{i} * geo.frame_header_stride +
+           sizeof(FrameHeader);
   }
 };
 

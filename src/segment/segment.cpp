@@ -215,6 +215,9 @@ void write_header(SegmentHeader& h, std::string_view channel, const Geometry& ge
   h.slot_table_offset = geo.slot_table_offset;
   h.log_offset = geo.log_offset;
   h.cuda_offset = geo.cuda_offset;
+  h.metadata_bytes = geo.metadata_bytes;
+  h.frame_header_offset = geo.frame_header_offset;
+  h.frame_header_stride = geo.frame_header_stride;
   h.created_ns = realtime_ns();
   h.reap_period_ns = static_cast<std::uint64_t>(config.reap_period.count());
   std::memset(h.name, 0, sizeof h.name);
@@ -282,9 +285,13 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   if (h.frame_bytes < 1 || h.frame_bytes > kMaxFrameBytes) {
     corrupt("frame_bytes = " + std::to_string(h.frame_bytes));
   }
+  if (h.metadata_bytes > kMaxFrameMetadataBytes) {
+    corrupt("metadata_bytes = " + std::to_string(h.metadata_bytes) + " (must be 0.." +
+            std::to_string(kMaxFrameMetadataBytes) + ")");
+  }
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const Geometry g =
-      compute_geometry(h.slots, h.max_readers, h.max_held, h.frame_bytes, h.backend, page);
+  const Geometry g = compute_geometry(h.slots, h.max_readers, h.max_held, h.frame_bytes, h.backend,
+                                      page, h.metadata_bytes);
   auto expect = [&](const char* field, std::uint64_t found, std::uint64_t want) {
     if (found != want) {
       corrupt(std::string(field) + " = " + std::to_string(found) + " but the geometry gives " +
@@ -300,6 +307,8 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   expect("slot_table_offset", h.slot_table_offset, g.slot_table_offset);
   expect("log_offset", h.log_offset, g.log_offset);
   expect("cuda_offset", h.cuda_offset, g.cuda_offset);
+  expect("frame_header_offset", h.frame_header_offset, g.frame_header_offset);
+  expect("frame_header_stride", h.frame_header_stride, g.frame_header_stride);
   expect("frames_offset", h.frames_offset, g.frames_offset);
   expect("object_bytes", h.object_bytes, g.object_bytes);
   const std::uint64_t want = whole_object ? g.object_bytes : g.segment_bytes;

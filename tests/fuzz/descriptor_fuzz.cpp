@@ -7,9 +7,14 @@
 // reader's epoch; the frame pool is never asked for a slot out of range; try_read returns in
 // bounded time (libFuzzer's -timeout catches a hang). The segment's layout itself is trusted here
 // (segment_fuzz covers the header).
+// Frame headers (tensor descriptor, capture time, metadata size) are hostile too: a tensor that a
+// frame hands out has every element inside the frame's published bytes — checked by visiting each
+// element of small tensors with strides computed here, independently of tensor_span — and its
+// metadata lies inside the slot's metadata area (the segment is allocated to its exact size, so
+// ASan reports any byte read beyond it).
 //
 // Input: byte 0 = slots - 1 (mod 16), byte 1 = flags (bit 0 sequential policy, bit 1 max_held 2),
-// then 10-byte operations [op][index][8-byte little-endian value].
+// then 10-byte operations [op][index][8-byte little-endian value]; op % 24 selects the operation.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -33,10 +38,47 @@ using namespace ipcring;
 using namespace ipcring::detail;
 
 constexpr std::uint64_t kFrameBytes = 256;
+constexpr std::uint32_t kFuzzMetadataBytes = 64;
 
 [[noreturn]] void fail(const char* why) {
   std::fprintf(stderr, "descriptor_fuzz: property violated: %s\n", why);
   std::abort();
+}
+
+// Visits every element of `t` (when it has at most 4096 elements) and fails if one lies outside
+// [0, size). Row-major strides are computed here, not taken from the library.
+void check_elements(const TensorDesc& t, std::uint64_t size, const std::byte* data) {
+  if (t.ndim > kMaxTensorDims) fail("tensor with ndim > 8");
+  std::int64_t strides[kMaxTensorDims] = {};
+  bool all_zero = true;
+  for (std::uint8_t d = 0; d < t.ndim; ++d) all_zero = all_zero && t.strides[d] == 0;
+  std::int64_t running = 1;
+  std::uint64_t elements = 1;
+  for (std::uint8_t d = t.ndim; d-- > 0;) {
+    if (t.shape[d] < 0) fail("tensor with a negative dimension");
+    strides[d] = all_zero ? running : t.strides[d];
+    running *= t.shape[d] > 0 ? t.shape[d] : 1;
+    if (t.shape[d] > 4096) return;  // too many elements to visit; tensor_span's bound stands
+    elements *= static_cast<std::uint64_t>(t.shape[d]);
+    if (elements > 4096) return;
+  }
+  const auto element = static_cast<std::int64_t>(t.dtype_bits / 8);
+  if (element < 1 || element > 16) fail("tensor element size out of range");
+  std::int64_t index[kMaxTensorDims] = {};
+  unsigned sum = 0;
+  for (std::uint64_t k = 0; k < elements; ++k) {
+    std::int64_t at = static_cast<std::int64_t>(t.byte_offset);
+    for (std::uint8_t d = 0; d < t.ndim; ++d) at += index[d] * strides[d] * element;
+    if (at < 0 || static_cast<std::uint64_t>(at + element) > size) {
+      fail("a tensor element lies outside the frame");
+    }
+    sum += static_cast<unsigned>(data[at]) + static_cast<unsigned>(data[at + element - 1]);
+    for (std::uint8_t d = t.ndim; d-- > 0;) {  // next index, row-major
+      if (++index[d] < t.shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  if (sum == 0xffffffffU) std::fprintf(stderr, "%u\n", sum);  // keep the reads
 }
 
 class FakePool final : public ReaderPool {
@@ -74,7 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint32_t slots = 1 + data[0] % 16;
   const bool sequential = (data[1] & 1) != 0;
   const std::uint32_t max_held = (data[1] & 2) != 0 ? 2 : 1;
-  const Geometry geo = compute_geometry(slots, 2, max_held, kFrameBytes, 1, 4096);
+  const Geometry geo =
+      compute_geometry(slots, 2, max_held, kFrameBytes, 1, 4096, kFuzzMetadataBytes);
   auto* base = static_cast<unsigned char*>(std::aligned_alloc(4096, geo.segment_bytes));
   std::memset(base, 0, geo.segment_bytes);
   const SegmentView view{base, geo};
@@ -84,6 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     config.max_readers = 2;
     config.max_held = max_held;
     config.frame_bytes = kFrameBytes;
+    config.metadata_bytes = kFuzzMetadataBytes;
     write_header(view.header(), "fuzz", geo, config);
     publish_header(view.header());
   }
@@ -115,7 +159,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (f.slot() >= slots) fail("frame slot out of range");
     if (f.size() > kFrameBytes) fail("frame larger than frame_bytes");
     if (f.data() != pool_base + f.slot() * kFrameBytes) fail("frame data is not its slot's buffer");
-    if (f.metadata().size() > kMaxMetadataBytes) fail("metadata larger than its field");
+    if (f.metadata().size() > kFuzzMetadataBytes) fail("metadata larger than its area");
+    if (!f.metadata().empty()) {
+      const auto* area = reinterpret_cast<const std::byte*>(view.frame_metadata(f.slot()));
+      if (f.metadata().data() != area) fail("metadata outside its slot's area");
+      unsigned sum = 0;
+      for (const std::byte b : f.metadata()) sum += static_cast<unsigned>(b);
+      if (sum == 0xffffffffU) std::fprintf(stderr, "%u\n", sum);
+    }
+    if (const auto t = f.tensor()) {
+      const auto span = tensor_span(*t);
+      if (!span || *span > f.size()) fail("a tensor larger than its frame was handed out");
+      if (f.tensor_invalid()) fail("a tensor handed out as invalid");
+      check_elements(*t, f.size(), f.data());
+    }
     if (f.epoch() != epoch_before) fail("frame of another epoch");
     if (keep) kept.push_back(std::move(*r));
   };
@@ -126,7 +183,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::uint64_t v = 0;
   while (in.take(op, index, v)) {
     Slot& slot = view.slot(index % slots);
-    switch (op % 13) {
+    FrameHeader& fh = view.frame_header(index % slots);
+    switch (op % 24) {
       case 0:
         p.head.store(v);
         break;  // any word: sequence and slot both hostile
@@ -148,8 +206,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 6:
         slot.buffer_index.store(static_cast<std::uint32_t>(v));
         break;
-      case 7:
-        slot.metadata_bytes.store(static_cast<std::uint32_t>(v));
+      case 7:  // the publish time the reader's delay histogram is measured from
+        slot.timestamp_ns.store(v);
         break;
       case 8:
         p.lease_word.store(v);
@@ -171,12 +229,50 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         slot.epoch.store(LeaseWord::generation(p.lease_word.load()));
         slot.bytes.store((v >> 16) % (kFrameBytes + 1));
         slot.buffer_index.store(index % slots);
-        slot.metadata_bytes.store(static_cast<std::uint32_t>((v >> 32) % 65));
+        fh.sequence.store(seq);
+        fh.metadata_bytes.store(static_cast<std::uint32_t>((v >> 40) % (kFuzzMetadataBytes + 1)));
         slot.state.store(SlotWord::make(SlotWord::generation(w) + 1, false, 0));
         view.log(seq).store(LogWord::make(seq, index % slots));
         p.head.store(LogWord::make(seq, index % slots));  // head is a LogWord too
         break;
       }
+      // Frame header words, hostile.
+      case 13:
+        fh.sequence.store(v);
+        break;
+      case 14:
+        fh.capture_time_ns.store(v);
+        break;
+      case 15:
+        fh.tensor_word.store(v);
+        break;
+      case 16:
+        fh.byte_offset.store(v);
+        break;
+      case 17:
+        fh.metadata_bytes.store(static_cast<std::uint32_t>(v));
+        break;
+      case 18:
+        fh.shape[(v >> 60) % kMaxTensorDims].store(static_cast<std::int64_t>(v << 4) >> 4);
+        break;
+      case 19:
+        fh.strides[(v >> 60) % kMaxTensorDims].store(static_cast<std::int64_t>(v << 4) >> 4);
+        break;
+      case 20:  // a plausible descriptor: a known-looking type, up to 8 dimensions
+        fh.tensor_word.store(TensorWord::make(static_cast<std::uint8_t>(v & 7),
+                                              static_cast<std::uint8_t>(8U << ((v >> 3) & 3)),
+                                              static_cast<std::uint8_t>((v >> 5) % 9)));
+        fh.byte_offset.store((v >> 16) & 0x1ff);
+        break;
+      case 21:  // attach the header to the slot's current publication
+        fh.sequence.store(slot.sequence.load());
+        break;
+      case 22:  // small dimensions, so that tensors validate and get visited
+        fh.shape[(v >> 8) % kMaxTensorDims].store(static_cast<std::int8_t>(v & 0xff));
+        break;
+      case 23:
+        fh.strides[(v >> 8) % kMaxTensorDims].store(static_cast<std::int8_t>(v & 0xff));
+        break;
     }
   }
   for (int i = 0; i < 4; ++i) read_once(false);

@@ -234,6 +234,28 @@ int main(int argc, char** argv) {
     write_all(dir + "/descriptor/hostile", b);
   }
   {
+    Bytes b = {3, 2};  // 4 slots, latest, max_held 2; a publication with a plausible tensor
+    op(b, 12, 0, 1 | (256ULL << 16) | (16ULL << 40));  // 256 bytes, 16 metadata bytes
+    op(b, 20, 0, 1 | (0ULL << 3) | (2ULL << 5));       // uint8, 2 dimensions
+    op(b, 22, 0, 16);
+    op(b, 22, 0, 16 | (1ULL << 8));  // 16 x 16 = the whole frame
+    op(b, 10, 1, 0);
+    op(b, 12, 1, 2 | (64ULL << 16));
+    op(b, 20, 1, 2 | (2ULL << 3) | (3ULL << 5) | (8ULL << 16));  // float32, 3 dims, offset 8
+    op(b, 22, 1, 2);
+    op(b, 22, 1, 3 | (1ULL << 8));
+    op(b, 22, 1, 2 | (2ULL << 8));
+    op(b, 23, 1, 6);
+    op(b, 23, 1, 2 | (1ULL << 8));
+    op(b, 23, 1, 1 | (2ULL << 8));
+    op(b, 10, 0, 0);
+    op(b, 18, 0, 1ULL << 59);  // a huge dimension in slot 0's header
+    op(b, 11, 0, 0);
+    op(b, 21, 0, 0);
+    op(b, 10, 0, 0);
+    write_all(dir + "/descriptor/tensor", b);
+  }
+  {
     // Regression (not a seed): a head word of 2^64-1 made a sequential reader's catch-up loop
     // (`for (; target <= head; ++target)`) wrap around and spin for 2^64 steps (layout 1, where
     // head was a plain sequence; since layout 2 head is a LogWord and decodes to at most 2^48-1).

@@ -258,7 +258,7 @@ TEST_CASE("metadata travels with the frame") {
   REQUIRE(loan);
   const char text[] = "1920x1080 rgba";
   CHECK(loan->set_metadata(std::as_bytes(std::span(text))));
-  std::byte big[65] = {};
+  std::byte big[kDefaultMetadataBytes + 1] = {};
   CHECK_FALSE(loan->set_metadata(big));
   p.publish(std::move(*loan), 0);
   auto f = r.try_read();

@@ -40,8 +40,11 @@ std::uint64_t layout_fingerprint() {
   PIN(SegmentHeader, cuda_offset);
   PIN(SegmentHeader, cuda_uuid);
   PIN(SegmentHeader, name);
+  PIN(SegmentHeader, metadata_bytes);
   PIN(SegmentHeader, frames_offset);
   PIN(SegmentHeader, object_bytes);
+  PIN(SegmentHeader, frame_header_offset);
+  PIN(SegmentHeader, frame_header_stride);
   mix(sizeof(ProducerBlock));
   PIN(ProducerBlock, lease);
   PIN(ProducerBlock, lease_word);
@@ -59,6 +62,7 @@ std::uint64_t layout_fingerprint() {
   PIN(ReaderEntry, frames_read);
   PIN(ReaderEntry, held);
   PIN(ReaderEntry, hold_histogram);
+  PIN(ReaderEntry, delay_histogram);
   mix(sizeof(Slot));
   PIN(Slot, state);
   PIN(Slot, sequence);
@@ -66,8 +70,15 @@ std::uint64_t layout_fingerprint() {
   PIN(Slot, bytes);
   PIN(Slot, timestamp_ns);
   PIN(Slot, buffer_index);
-  PIN(Slot, metadata_bytes);
-  PIN(Slot, metadata);
+  PIN(Slot, reserved1);
+  mix(sizeof(FrameHeader));
+  PIN(FrameHeader, sequence);
+  PIN(FrameHeader, capture_time_ns);
+  PIN(FrameHeader, tensor_word);
+  PIN(FrameHeader, byte_offset);
+  PIN(FrameHeader, metadata_bytes);
+  PIN(FrameHeader, shape);
+  PIN(FrameHeader, strides);
   mix(sizeof(CudaSlot));
   PIN(CudaSlot, memory_handle);
   PIN(CudaSlot, write_done_handle);
@@ -84,6 +95,10 @@ std::uint64_t layout_fingerprint() {
   mix(kMaxSlots);
   mix(kLine);
   mix(kMutexBytes);
+  mix(TensorWord::make(0x12, 0x34, 0x56));
+  mix(kTensorDims);
+  mix(kDelayBuckets);
+  mix(DelayBucket::lower(kDelayBuckets - 1));
   return h;
 }
 
@@ -94,8 +109,8 @@ TEST_CASE("the shared-memory layout matches its version") {
   INFO("layout fingerprint is 0x"
        << std::hex << fp
        << ": if you changed the layout on purpose, bump kLayoutVersion and record it here");
-  CHECK(kLayoutVersion == 3);
-  CHECK(fp == 0xe2e012d66b423d77ULL);
+  CHECK(kLayoutVersion == 4);
+  CHECK(fp == 0x72edf9606970371eULL);
 }
 
 TEST_CASE("geometry places every block on its own lines, within the segment") {
@@ -111,8 +126,15 @@ TEST_CASE("geometry places every block on its own lines, within the segment") {
         CHECK((g.log_size & (g.log_size - 1)) == 0);
         CHECK(g.log_size >= 2 * slots);
         CHECK(g.log_offset + std::uint64_t{g.log_size} * 8 <= g.segment_bytes);
+        CHECK(g.frame_header_offset % kLine == 0);
+        CHECK(g.frame_header_stride % kLine == 0);
+        CHECK(g.frame_header_stride == sizeof(FrameHeader) + 256);
+        CHECK(g.frame_header_offset >= g.log_offset + std::uint64_t{g.log_size} * 8);
+        CHECK(g.frame_header_offset + std::uint64_t{slots} * g.frame_header_stride <=
+              g.segment_bytes);
         if (backend == 2) {
           CHECK(g.cuda_offset >= g.log_offset + std::uint64_t{g.log_size} * 8);
+          CHECK(g.frame_header_offset >= g.cuda_offset + std::uint64_t{slots} * sizeof(CudaSlot));
           CHECK(g.cuda_offset + std::uint64_t{slots} * sizeof(CudaSlot) <= g.segment_bytes);
           CHECK(g.frames_segment_bytes == 0);
         } else {
@@ -121,6 +143,8 @@ TEST_CASE("geometry places every block on its own lines, within the segment") {
         }
         // One object: the frame pool follows the control segment, page-aligned.
         CHECK(g.frames_offset == g.segment_bytes);
+        CHECK(g.frame_header_offset + std::uint64_t{slots} * g.frame_header_stride <=
+              g.frames_offset);  // the frame headers are in the control part
         CHECK(g.frames_offset % 4096 == 0);
         CHECK(g.object_bytes == g.frames_offset + g.frames_segment_bytes);
       }
