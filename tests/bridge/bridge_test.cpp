@@ -433,16 +433,16 @@ TEST_CASE("usage errors exit 2, --version 0, a missing channel with --wait exits
 TEST_CASE("check_frame_sample: oversized and malformed samples are refused") {
   using namespace ipcring::bridge;
   std::vector<std::uint8_t> data(100, 7);
-  std::vector<std::uint8_t> meta(80, 1);
+  std::vector<std::uint8_t> meta(ipcring::kMaxMetadataBytes + 16, 1);
   ipcring_bridge_Frame s{};
   s.data._buffer = data.data();
   s.data._length = 100;
   CHECK(check_frame_sample(s, 100) == Verdict::ok);
   CHECK(check_frame_sample(s, 99) == Verdict::too_large);
   s.metadata._buffer = meta.data();
-  s.metadata._length = 65;
+  s.metadata._length = ipcring::kMaxMetadataBytes + 1;
   CHECK(check_frame_sample(s, 100) == Verdict::bad_metadata);
-  s.metadata._length = 64;
+  s.metadata._length = ipcring::kMaxMetadataBytes;
   CHECK(check_frame_sample(s, 100) == Verdict::ok);
   s.has_tensor = true;
   s.tensor.ndim = 9;

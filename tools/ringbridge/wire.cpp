@@ -8,6 +8,9 @@
 
 namespace ipcring::bridge {
 
+static_assert(ipcring_bridge_kMaxMetadataBytes == kMaxMetadataBytes,
+              "the wire type carries as much metadata as a frame can");
+
 const char* to_string(Verdict v) noexcept {
   switch (v) {
     case Verdict::ok:
