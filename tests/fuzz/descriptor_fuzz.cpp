@@ -153,6 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<Frame> kept;
   auto read_once = [&](bool keep) {
     const std::uint64_t epoch_before = core->epoch;
+    const bool gone_before = core->gone_reported;
     Result<Frame> r = core->try_read(core);
     if (!r) return;
     const Frame& f = *r;
@@ -173,7 +174,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (f.tensor_invalid()) fail("a tensor handed out as invalid");
       check_elements(*t, f.size(), f.data());
     }
-    if (f.epoch() != epoch_before) fail("frame of another epoch");
+    // A frame is always of the reader's current epoch. That epoch may move on within this read
+    // only when the end of the old one was reported already (producer_gone once per ended epoch).
+    if (f.epoch() != core->epoch) fail("frame of another epoch");
+    if (core->epoch != epoch_before && !gone_before) fail("new epoch without producer_gone");
     if (keep) kept.push_back(std::move(*r));
   };
 
