@@ -1,13 +1,15 @@
-// cuda_api_cudart.cpp — CudaApi over the CUDA runtime (libcudart). The only file of the library
-// that includes a CUDA header. It uses runtime entry points only (no libcuda link: the runtime
-// loads the driver itself and reports cudaErrorInsufficientDriver / cudaErrorNoDevice when there is
-// none, so a build with the CUDA backend still runs on machines without a GPU).
+// cuda_api_cudart.cpp — CudaApi over the CUDA runtime: the only source of the module
+// libipcring_cuda.so (cuda_plugin.hpp), and the only file that includes a CUDA header. The module
+// links the runtime statically and never links libcuda: the runtime loads the driver itself and
+// reports cudaErrorInsufficientDriver / cudaErrorNoDevice when there is none, so the module loads
+// and answers on machines without a GPU.
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 
-#include "backend/cuda/cuda_pool.hpp"
+#include "backend/cuda/cuda_plugin.hpp"
 
 namespace ipcring::detail {
 
@@ -132,10 +134,20 @@ class CudartApi final : public CudaApi {
 
 }  // namespace
 
-std::shared_ptr<CudaApi> cudart_api() noexcept {
-  // Stateless: one instance for the process, handed out as a non-owning pointer.
-  static CudartApi api;
-  return std::shared_ptr<CudaApi>(std::shared_ptr<CudaApi>{}, &api);
-}
-
 }  // namespace ipcring::detail
+
+// The module's one exported symbol (cuda_plugin.hpp). Stateless API: one instance, never destroyed.
+extern "C" __attribute__((visibility("default"))) ipcring::detail::CudaApi* ipcring_cuda_plugin_api(
+    unsigned abi, const char** why) noexcept {
+  if (abi != ipcring::detail::kCudaPluginAbi) {
+    static char message[160];
+    std::snprintf(message, sizeof message,
+                  "ABI mismatch: the module is of CUDA module ABI %u, this libipcring asks for %u "
+                  "(install the libipcring_cuda.so of the same ipcring version)",
+                  ipcring::detail::kCudaPluginAbi, abi);
+    if (why != nullptr) *why = message;
+    return nullptr;
+  }
+  static ipcring::detail::CudartApi api;
+  return &api;
+}

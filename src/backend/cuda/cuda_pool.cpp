@@ -50,6 +50,7 @@
 // Hot path. buffer() on a cache hit, wait_on, release_fence, prepare_write when the fence is done
 // and before_publish take no lock and allocate nothing; they make the CUDA calls named above.
 #include "backend/cuda/cuda_pool.hpp"
+#include "backend/cuda/cuda_plugin.hpp"
 
 #include <unistd.h>
 
@@ -1070,13 +1071,14 @@ std::shared_ptr<CudaApi> cuda_api_for_testing() noexcept {
 namespace {
 std::shared_ptr<CudaApi> api_or_throw(const PoolRequest& request, bool producer) {
   if (auto api = cuda_api_for_testing()) return api;
-  if (auto api = cudart_api()) return api;
+  std::string why;
+  if (auto api = load_cuda_plugin(why)) return api;
   throw Error(Errc::unsupported,
               channel_prefix(request.name) +
-                  (producer ? "this build of ipcring has no CUDA backend (configure with "
-                              "IPCRING_WITH_CUDA=ON and a CUDA Toolkit); use Backend::host"
-                            : "the channel carries CUDA frames, but this build of ipcring has no "
-                              "CUDA backend (configure with IPCRING_WITH_CUDA=ON)"));
+                  (producer ? "Backend::cuda is not available: " + why + "\nUse Backend::host"
+                            : "the channel carries CUDA frames, but the CUDA backend is not "
+                              "available: " +
+                                  why));
 }
 }  // namespace
 
