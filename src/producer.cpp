@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 
+#include "backend/cuda/cuda_fence.hpp"
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
 #include "core.hpp"
@@ -98,6 +100,7 @@ void recover_after_producer_death(const SegmentView& view) {
 }  // namespace
 
 std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept {
+  (void)pool;  // the backends' reap work is a hook on the segment (reader_fences_reaped)
   std::size_t reaped = 0;
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
@@ -114,8 +117,8 @@ std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexc
     // is dead.
     const std::uint64_t w = e.lease_word.load(std::memory_order_acquire);
     if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
-      clear_reader_bits(view, i);  // (R6)
-      if (pool != nullptr) pool->reader_reaped(i);
+      clear_reader_bits(view, i);                               // (R6)
+      reader_fences_reaped(view, i, LeaseWord::generation(w));  // CUDA: complete its fences
       e.held.store(0, std::memory_order_relaxed);
       e.instance_id.store(0, std::memory_order_relaxed);
       // (L3) release: the cleared bits are visible before the entry reads as free.
@@ -128,6 +131,15 @@ std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexc
   return reaped;
 }
 
+// The reaper a pool may run on its own thread (the CUDA pool does, while GPU waits on readers'
+// fences are pending): probes and reaps like Producer::reap_dead_readers, counting in the segment.
+static std::function<void()> reaper_for(const SegmentView& view) {
+  return [view] {
+    const std::size_t n = reap_dead_readers(view, nullptr);
+    if (n != 0) view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
+  };
+}
+
 std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
                                 std::uint64_t instance_id, ReadPolicy policy) {
   ReaderEntry& e = view.reader(index);
@@ -135,6 +147,7 @@ std::uint64_t take_reader_entry(const SegmentView& view, std::uint32_t index,
   if (LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active)) {
     // The previous owner died (or vanished) without detaching: its bits are ours to clear.
     clear_reader_bits(view, index);
+    reader_fences_reaped(view, index, LeaseWord::generation(w));  // CUDA: complete its fences
   }
   const std::uint64_t gen = LeaseWord::generation(w) + 1;
   e.instance_id.store(instance_id, std::memory_order_relaxed);
@@ -319,11 +332,13 @@ std::size_t ProducerCore::reap() noexcept {
 ProducerCore::~ProducerCore() {
   if (forked() || !holds_lease) return;  // a forked child owns nothing of the channel
   ProducerBlock& p = view.producer();
-  pool.reset();
-  // Clean exit: mark the epoch closed and wake sleepers, so readers report producer_gone.
+  // Clean exit: mark the epoch closed and wake sleepers, so readers report producer_gone, stop
+  // claiming our frames and stop using our CUDA events; then the pool waits (bounded) for what
+  // readers still hold before it frees buffers and events.
   p.lease_word.store(LeaseWord::make(epoch, LeaseState::closed), std::memory_order_release);
   p.wake.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(p.wake);
+  pool.reset();
   // Remove the channel's names unless they were replaced (ringdump rm --force and a new
   // producer): processes that still map the segments keep them until they detach.
   if (still_named(name, mapping->device(), mapping->inode())) unlink_channel_objects(name);
@@ -371,7 +386,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
         core->mapping = mapping;
         core->view = view;
         core->epoch = 1;
-        PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true};
+        PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true, {}};
+        req.reap = reaper_for(view);
         core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
                                                      : make_host_producer_pool(req);
         p.instance_id.store(core->instance_id, std::memory_order_relaxed);
@@ -466,7 +482,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     core->epoch = LeaseWord::generation(old) + 1;
     try {
       recover_after_producer_death(view);
-      PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false};
+      PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false, {}};
+      req.reap = reaper_for(view);
       core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
                                                    : make_host_producer_pool(req);
     } catch (...) {

@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include "backend/cuda/cuda_fence.hpp"
+#include "backend/cuda/cuda_import.hpp"
 #include "backend/cuda/cuda_pool.hpp"
 #include "core.hpp"
 #include "ipcring/ipcring.hpp"
@@ -115,8 +117,11 @@ class TestSegment {
   TestSegment(const TestSegment&) = delete;
   TestSegment& operator=(const TestSegment&) = delete;
 
+  // create: a producer's request, with the owner's reaper (as the core passes it).
   detail::PoolRequest request(bool create, int device = 0) const {
-    return detail::PoolRequest{"t-cuda-mem", view, 0600, device, create};
+    detail::PoolRequest r{"t-cuda-mem", view, 0600, device, create, {}};
+    if (create) r.reap = [v = view] { (void)detail::reap_dead_readers(v, nullptr); };
+    return r;
   }
   // A producer of `epoch` and `instance` owns the channel (as the core sets it before a loan).
   void producer(std::uint64_t epoch, std::uint64_t instance) {
@@ -180,8 +185,9 @@ TEST_SUITE("cuda") {
     auto p = make_producer(prod, ch, cuda_config(4, 2));
     CHECK(prod->calls(FakeOp::malloc) == 4);
     CHECK(prod->calls(FakeOp::ipc_get_mem_handle) == 4);
-    CHECK(prod->calls(FakeOp::create_ipc_event) == 4 * (1 + 2));  // write-done + one per reader
-    CHECK(prod->calls(FakeOp::ipc_get_event_handle) == 4 * (1 + 2));
+    CHECK(prod->calls(FakeOp::create_ipc_event) == 4);  // write-done only: fences are words
+    CHECK(prod->calls(FakeOp::ipc_get_event_handle) == 4);
+    CHECK(prod->registrations() == 1);  // the control segment, for the fence words
     std::set<const std::byte*> buffers;
     for (int i = 0; i < 10; ++i) {
       auto loan = p.loan();
@@ -688,18 +694,14 @@ TEST_SUITE("cuda") {
       const std::uint64_t writer = prod->launch(ps, false);
       rdr->kill();
       // A new reader takes the dead one's entry directly (attach's trylock finds the owner dead):
-      // bits cleared, new lease generation, never free in between. (This thread keeps holding the
-      // entry's mutex: it now stands for the successor's lease keeper.)
+      // take_reader_entry clears its bits and runs the backend's hook, then a new lease
+      // generation. (This thread keeps holding the entry's mutex: it now stands for the
+      // successor's lease keeper.)
       detail::clear_reader_bits(seg.view, 1);
+      detail::reader_fences_reaped(seg.view, 1, detail::LeaseWord::generation(lease));
       const std::uint64_t next = seg.reader_alive(1, 5);
       CHECK(next != lease);
-      CHECK_FALSE(prod->done(writer));
-      auto rdr2 = world->process();
-      auto successor = detail::make_cuda_reader_pool(seg.request(false), rdr2);
-      successor->attached(1);
-      REQUIRE(successor->buffer(0, 1, 0x1111) != nullptr);  // opening re-records its fence
-      CHECK(prod->done(writer));
-      successor->release_fence(0, 1, nullptr);
+      CHECK(eventually([&] { return prod->done(writer); }));
     }
     CHECK(world->hangs() == 0);
     reader.reset();
@@ -707,13 +709,16 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
-  TEST_CASE("cuda: a detaching reader waits (bounded) for its fences before destroying them") {
+  TEST_CASE("cuda: a detaching reader waits (bounded) for its fences; past the bound it keeps the "
+            "mapping") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(3, 1);
     auto prod = world->process();
     seg.producer(1, 0x77);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(2, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(2, nullptr) == Status::ok);
+    seg.view.slot(2).sequence.store(9);
     auto rdr = world->process();
     seg.reader_alive(0, 1);
     auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
@@ -722,8 +727,14 @@ TEST_SUITE("cuda") {
     CudaStream rs = rdr->make_stream(true);
     const std::uint64_t kernel = rdr->launch(rs);
     reader->release_fence(2, 0, rs);
+    REQUIRE(seg.fences(2) == 0b1);
     const auto start = std::chrono::steady_clock::now();
-    SUBCASE("its kernel finishes: detach waits for it") {
+    std::size_t kept_before = 0;
+    {
+      std::lock_guard lock(detail::cuda::registry_mutex());
+      kept_before = detail::cuda::kept_mappings();
+    }
+    SUBCASE("its kernel finishes: detach waits for it, then unmaps and unregisters") {
       std::thread gpu([&] {
         std::this_thread::sleep_for(50ms);
         rdr->finish(kernel);
@@ -731,26 +742,59 @@ TEST_SUITE("cuda") {
       reader.reset();  // detach
       gpu.join();
       CHECK(std::chrono::steady_clock::now() - start >= 50ms);
-      CHECK(pool->prepare_write(2, nullptr) == Status::ok);  // the fence completed
+      CHECK(rdr->open_mappings() == 0);
+      CHECK(rdr->registrations() == 0);
+      CHECK(seg.fences(2) == 0);  // complete, so forgotten at detach
+      CHECK(pool->prepare_write(2, nullptr) == Status::ok);
     }
-    SUBCASE("its stream is stuck: detach gives up after a bound") {
+    SUBCASE("its kernel still runs: the mapping stays open and the producer keeps waiting for it") {
       reader.reset();
       const auto took = std::chrono::steady_clock::now() - start;
       CHECK(took >= 1s);
       CHECK(took < 10s);
       CHECK_FALSE(rdr->done(kernel));
+      CHECK(rdr->open_mappings() == 1);  // never unmapped under a running kernel
+      CHECK(rdr->registrations() == 1);  // its queued fence write still targets the segment
+      {
+        std::lock_guard lock(detail::cuda::registry_mutex());
+        CHECK(detail::cuda::kept_mappings() == kept_before + 1);
+      }
+      // The entry may be taken by a successor: the producer still waits under the detached
+      // reader's own generation, and the fence completes when its kernel does.
+      seg.reader_alive(0, 3);
+      CHECK(pool->prepare_write(2, nullptr) == Status::no_free_slot);
+      rdr->finish(kernel);
+      CHECK(pool->prepare_write(2, nullptr) == Status::ok);
+      CHECK(world->unregistered_writes() == 0);
     }
-    CHECK(rdr->open_mappings() == 0);
     CHECK(world->hangs() == 0);
   }
 
-  TEST_CASE("cuda: reaping a reader clears its fence bits in every slot") {
+  TEST_CASE("cuda: the reaper's hook completes exactly the dead incarnation's fences") {
     TestSegment seg(3, 3);
+    using detail::FenceWord;
     for (std::uint32_t i = 0; i < 3; ++i) {
       seg.view.cuda_slot(i).release_recorded.store(0b111, std::memory_order_relaxed);
+      seg.view.cuda_slot(i).fence_generation[1].store(7, std::memory_order_relaxed);
+      seg.view.cuda_slot(i).release_fence[1].store(FenceWord::make(7, 10 + i));
     }
-    detail::clear_reader_bits(seg.view, 1);
-    for (std::uint32_t i = 0; i < 3; ++i) CHECK(seg.fences(i) == 0b101);
+    // Slot 2's last fence of entry 1 is an earlier incarnation's (it detached with its kernel
+    // still running): the hook must leave it to that process.
+    seg.view.cuda_slot(2).fence_generation[1].store(5, std::memory_order_relaxed);
+    seg.view.cuda_slot(2).release_fence[1].store(FenceWord::make(5, 3));
+    detail::reader_fences_reaped(seg.view, 1, 7);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      CHECK(seg.fences(i) == 0b101);
+      CHECK(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
+                               FenceWord::make(7, 1ULL << 47)));
+      CHECK_FALSE(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
+                                     FenceWord::make(9, 1)));  // a successor's are its own
+    }
+    CHECK(seg.fences(2) == 0b111);
+    CHECK(seg.view.cuda_slot(2).release_fence[1].load() == FenceWord::make(5, 3));
+    // The ring's reaper step itself no longer knows CUDA.
+    detail::clear_reader_bits(seg.view, 0);
+    CHECK(seg.fences(0) == 0b101);
   }
 
 }  // TEST_SUITE

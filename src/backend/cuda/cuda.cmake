@@ -7,7 +7,7 @@
 # Sets IPCRING_HAVE_CUDA (a cache entry, so tests/ sees it too).
 #
 # Two parts (docs/cuda.md, "Host users need no CUDA"):
-#  * libipcring always contains the pool logic (cuda_pool*.cpp, no CUDA header: driven by the unit
+#  * libipcring always contains the pool logic (cuda_pool.cpp and its parts, no CUDA header: driven by the unit
 #    tests' fake CUDA in every build) and the loader (cuda_loader.cpp, dlopen). It links no CUDA
 #    library, so host users configure and run without a Toolkit and without libcudart.
 #  * libipcring_cuda.so (target ipcring_cuda, a MODULE: nothing links it) binds CudaApi to the CUDA
@@ -39,8 +39,14 @@ endif()
 set(IPCRING_HAVE_CUDA ${_ipcring_have_cuda} CACHE INTERNAL "ipcring is built with the CUDA backend")
 
 include(GNUInstallDirs)
-target_sources(ipcring PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_pool.cpp
-                               ${CMAKE_CURRENT_LIST_DIR}/cuda_loader.cpp)
+target_sources(ipcring PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_common.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_capability.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_import.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_producer_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_reader_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_loader.cpp)
 target_compile_definitions(ipcring PRIVATE
   IPCRING_INSTALL_LIBDIR="${CMAKE_INSTALL_FULL_LIBDIR}")
 target_link_libraries(ipcring PRIVATE ${CMAKE_DL_LIBS})

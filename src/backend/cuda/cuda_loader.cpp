@@ -38,8 +38,8 @@ std::vector<std::string> candidates() {
   Dl_info info{};
   // The object this function was linked into: libipcring.so, or the executable / extension that
   // a static libipcring is part of.
-  if (dladdr(reinterpret_cast<void*>(&load_cuda_plugin), &info) != 0 &&
-      info.dli_fname != nullptr && *info.dli_fname != '\0') {
+  if (dladdr(reinterpret_cast<void*>(&load_cuda_plugin), &info) != 0 && info.dli_fname != nullptr &&
+      *info.dli_fname != '\0') {
     const std::string dir = directory_of(info.dli_fname);
     // "/../../../": an installed Python extension (lib/python3.X/dist-packages/ipcring/).
     for (const char* rel : {"/", "/../lib/", "/../../lib/", "/../../../"}) {
