@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "backend/cuda/cuda_fence.hpp"
 #include "backend/cuda/cuda_import.hpp"
@@ -709,8 +711,9 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
-  TEST_CASE("cuda: a detaching reader waits (bounded) for its fences; past the bound it keeps the "
-            "mapping") {
+  TEST_CASE(
+      "cuda: a detaching reader waits (bounded) for its fences; past the bound it keeps the "
+      "mapping") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(3, 1);
     auto prod = world->process();
@@ -795,6 +798,265 @@ TEST_SUITE("cuda") {
     // The ring's reaper step itself no longer knows CUDA.
     detail::clear_reader_bits(seg.view, 0);
     CHECK(seg.fences(0) == 0b101);
+  }
+
+  // ---- the fake models documented semantics only -----------------------------------------------
+
+  TEST_CASE("fake CUDA: a newer record does not release a wait queued on an earlier one") {
+    // cudaEventRecord: "Other APIs such as cudaStreamWaitEvent use the most recently captured
+    // state at the time of the API call, and are not affected by later calls to cudaEventRecord".
+    // The rescue record the backend once relied on would need the opposite.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto p = world->process();
+    REQUIRE(p->set_device(0) == CudaErr::success);
+    detail::CudaEvent e = nullptr;
+    REQUIRE(p->create_ipc_event(e) == CudaErr::success);
+    CudaStream a = p->make_stream(true);
+    CudaStream b = p->make_stream(true);
+    CudaStream c = p->make_stream(true);
+    const std::uint64_t stuck = p->launch(a);  // never finishes on its own (a dead peer's work)
+    REQUIRE(p->record_event(e, a) == CudaErr::success);
+    REQUIRE(p->stream_wait_event(b, e) == CudaErr::success);
+    const std::uint64_t after = p->launch(b, false);
+    REQUIRE(p->record_event(e, c) == CudaErr::success);  // completes at once on the idle stream
+    CHECK(p->query_event(e) == CudaErr::success);        // the query sees the newest record...
+    CHECK_FALSE(p->done(after));                         // ...the queued wait does not
+    p->finish(stuck);
+    CHECK(p->done(after));
+  }
+
+  TEST_CASE("fake CUDA: stream memory operations on registered memory only; GEQ is cyclic") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto p = world->process();
+    REQUIRE(p->set_device(0) == CudaErr::success);
+    alignas(64) static std::uint64_t words[8] = {};
+    CudaStream s = p->make_stream(true);
+    CHECK(p->stream_write_value64(s, &words[0], 1) == CudaErr::invalid_value);
+    REQUIRE(p->host_register(words, sizeof words) == CudaErr::success);
+    CHECK(p->host_register(words, sizeof words) == CudaErr::host_memory_already_registered);
+    void* d = nullptr;
+    REQUIRE(p->host_device_pointer(&d, &words[1]) == CudaErr::success);
+    words[1] = ~0ULL - 1;                                          // -2
+    REQUIRE(p->stream_wait_value64(s, d, 1) == CudaErr::success);  // waits for (int64)(w-1) >= 0
+    const std::uint64_t work = p->launch(s, false);
+    CHECK_FALSE(p->done(work));
+    std::atomic_ref<std::uint64_t>(words[1]).store(1);  // a CPU store (a reaper's) releases it
+    CHECK(p->done(work));
+    REQUIRE(p->host_unregister(words) == CudaErr::success);
+  }
+
+  // ---- the fence, the reaper and the race of a late reaper ----------------------------------
+
+  TEST_CASE("cuda: a late reaper of a dead reader cannot complete its successor's fence") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 2);
+    auto prod = world->process();
+    seg.producer(1, 0x5151);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+
+    // The dead incarnation (generation 3) of entry 1 released frame 1 with its kernel queued.
+    auto dead = world->process();
+    const std::uint64_t dead_lease = seg.reader_alive(1, 3);
+    auto d = detail::make_cuda_reader_pool(seg.request(false), dead);
+    d->attached(1);
+    REQUIRE(d->buffer(0, 1, 0x5151) != nullptr);
+    CudaStream ds = dead->make_stream(true);
+    (void)dead->launch(ds);
+    d->release_fence(0, 1, ds);
+    dead->kill();
+    seg.reader_dies(1);
+    // A reaper (ringdump reap, say) probes the entry and finds it dead... and is delayed.
+    // Meanwhile the producer reaps it itself and reuses the slot.
+    CHECK(detail::reap_dead_readers(seg.view, nullptr) == 1);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(2);
+    // A successor (generation 5) takes the entry, reads frame 2 and releases it with a kernel
+    // still running.
+    auto next = world->process();
+    seg.reader_alive(1, 5);
+    auto n = detail::make_cuda_reader_pool(seg.request(false), next);
+    n->attached(1);
+    REQUIRE(n->buffer(0, 1, 0x5151) != nullptr);
+    CudaStream ns = next->make_stream(true);
+    const std::uint64_t kernel = next->launch(ns);
+    n->release_fence(0, 1, ns);
+    // The delayed reaper now acts on what it saw: the dead incarnation. It must not complete the
+    // successor's fence.
+    detail::clear_reader_bits(seg.view, 1);
+    detail::reader_fences_reaped(seg.view, 1, detail::LeaseWord::generation(dead_lease));
+    CHECK(pool->prepare_write(0, nullptr) == Status::no_free_slot);
+    next->finish(kernel);
+    CHECK(pool->prepare_write(0, nullptr) == Status::ok);
+    d.reset();
+    n.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: negative control: IPCRING_CUDA_TEST_BREAK=release_fence loses the ordering") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x99);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(1, nullptr) == Status::ok);
+    seg.view.slot(1).sequence.store(4);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    ::setenv("IPCRING_CUDA_TEST_BREAK", "release_fence", 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    ::unsetenv("IPCRING_CUDA_TEST_BREAK");
+    reader->attached(0);
+    REQUIRE(reader->buffer(1, 1, 0x99) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(1, 0, rs);
+    // Broken on purpose: the producer may rewrite the buffer while the reader's kernel runs. The
+    // GPU tests use this switch to prove they can see the difference.
+    CHECK(pool->prepare_write(1, nullptr) == Status::ok);
+    CHECK_FALSE(rdr->done(kernel));
+    rdr->finish(kernel);
+  }
+
+  // ---- close order ---------------------------------------------------------------------------
+
+  TEST_CASE("cuda: a closing producer frees only what no reader or queued work can still use") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(3, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x4242);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    void* buf[3];
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      REQUIRE(pool->prepare_write(i, nullptr) == Status::ok);
+      REQUIRE(pool->before_publish(i, nullptr) == Status::ok);
+      seg.view.slot(i).sequence.store(i + 1);
+      buf[i] = pool->buffer(i);
+    }
+    // Slot 0: a reader released it with its kernel still running. Slot 1: a reader still holds
+    // it. Slot 2: nobody.
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(0, 1, 0x4242) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(0, 0, rs);
+    seg.view.slot(1).state.store(detail::SlotWord::make(1, false, detail::SlotWord::bit(0)));
+    const auto start = std::chrono::steady_clock::now();
+    pool.reset();  // the core marked the epoch closed first
+    CHECK(std::chrono::steady_clock::now() - start >= 1s);  // it waited (bounded) for them
+    CHECK(world->bytes_allocated(buf[0]) != 0);             // a reader's kernel may still read it
+    CHECK(world->bytes_allocated(buf[1]) != 0);             // a reader holds it
+    CHECK(world->bytes_allocated(buf[2]) == 0);             // freed
+    CHECK(world->use_after_destroy() == 0);
+    rdr->finish(kernel);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: a producer closing after its readers finished frees everything at once") {
+    ScopedChannel ch("cuda-close");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::vector<const std::byte*> bufs;
+    std::optional<Producer> p(make_producer(prod, ch, cuda_config(3, 1)));
+    std::optional<Reader> r(attach(rdr, ch));
+    for (int i = 0; i < 3; ++i) {
+      publish_pattern(*p);
+      auto f = r->try_read();
+      REQUIRE(f);
+      bufs.push_back(f->data());
+      CudaStream s = rdr->make_stream(true);
+      REQUIRE(f->wait_on(s) == Status::ok);
+      f->release(s);
+    }
+    r.reset();  // detaches: its fences are complete, its mappings close
+    const auto start = std::chrono::steady_clock::now();
+    p.reset();
+    CHECK(std::chrono::steady_clock::now() - start < 1s);  // nothing to wait for
+    for (const std::byte* b : bufs) CHECK(world->bytes_allocated(const_cast<std::byte*>(b)) == 0);
+    CHECK(world->freed_while_mapped() == 0);
+    CHECK(world->use_after_destroy() == 0);
+    CHECK(prod->registrations() == 0);
+    CHECK(rdr->registrations() == 0);
+  }
+
+  // ---- contexts and devices ------------------------------------------------------------------
+
+  TEST_CASE("cuda: two Readers of one process on different devices map the buffer once each") {
+    ScopedChannel ch("cuda-2dev");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    world->set_peer_access(1, 0, true);
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config(4, 2));
+    REQUIRE(rdr->set_device(0) == CudaErr::success);
+    std::optional<Reader> r0(attach(rdr, ch));
+    REQUIRE(rdr->set_device(1) == CudaErr::success);
+    std::optional<Reader> r1(attach(rdr, ch));
+    publish_pattern(p);
+    {
+      auto f0 = r0->try_read();
+      auto f1 = r1->try_read();
+      REQUIRE(f0);
+      REQUIRE(f1);
+      CHECK(test::check_pattern(f1->data(), 512, f1->sequence()));
+      CHECK(rdr->open_mappings() == 2);  // one per device's context, not shared across them
+      CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == 2);
+    }
+    REQUIRE(rdr->set_device(0) == CudaErr::success);  // whatever the thread has now
+    r0.reset();
+    r1.reset();
+    CHECK(rdr->open_mappings() == 0);
+    CHECK(world->wrong_device_closes() == 0);
+  }
+
+  TEST_CASE("cuda: pool calls keep the caller's context and never bind one implicitly") {
+    ScopedChannel ch("cuda-ctx");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::optional<Producer> p;
+    std::optional<Reader> r;
+    // Made on a thread of their own, used here, destroyed on yet another thread that never touched
+    // CUDA: a destructor's calls must not make the runtime bind device 0's primary context.
+    std::thread([&] {
+      REQUIRE(prod->set_device(1) == CudaErr::success);
+      ChannelConfig c = cuda_config(4, 1);
+      c.cuda_device = 1;
+      p.emplace(make_producer(prod, ch, c));
+      REQUIRE(rdr->set_device(1) == CudaErr::success);
+      r.emplace(attach(rdr, ch));
+    }).join();
+    // The user's thread has a non-primary context current (cuCtxCreate style).
+    const detail::CudaContext mine = rdr->make_context(0);  // not the reader's device
+    REQUIRE(rdr->set_context(mine) == CudaErr::success);
+    const detail::CudaContext pmine = prod->make_context(0);
+    REQUIRE(prod->set_context(pmine) == CudaErr::success);
+    for (int i = 0; i < 3; ++i) {
+      publish_pattern(*p);  // plain loan and publish on the legacy stream
+      auto f = r->try_read();
+      REQUIRE(f);
+      CHECK(f->wait_on(nullptr) == Status::ok);
+      f->release();
+    }
+    detail::CudaContext now = nullptr;
+    REQUIRE(rdr->get_context(now) == CudaErr::success);
+    CHECK(now == mine);
+    REQUIRE(prod->get_context(now) == CudaErr::success);
+    CHECK(now == pmine);
+    std::thread([&] {
+      r.reset();
+      p.reset();
+    }).join();
+    CHECK(world->implicit_inits() == 0);
+    CHECK(world->wrong_device_closes() == 0);
   }
 
 }  // TEST_SUITE

@@ -348,18 +348,20 @@ CudaErr FakeCuda::ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle
   }
   auto& a = it->second;
   if (a.owner == id_) return ret(CudaErr::device_uninitialized);  // own handle: invalid context
-  for (auto& [p, m] : mappings_) {
-    if (m.allocation != id) continue;
+  // Mappings belong to the context that opened them (one per device here): a second open in the
+  // same context is reference counted (CUDA 11+) or cudaErrorAlreadyMapped (older drivers).
+  const int ordinal = cur();
+  if (auto m = mappings_.find({a.storage.get(), ordinal}); m != mappings_.end()) {
     if (world_->already_mapped_mode) return ret(CudaErr::already_mapped);
-    ++m.refs;
-    *ptr = p;
+    ++m->second.refs;
+    *ptr = a.storage.get();
     return CudaErr::success;
   }
-  const int here = world_device(cur());
+  const int here = world_device(ordinal);
   if (here != a.device && world_->peers_.count({here, a.device}) == 0) {
     return ret(CudaErr::peer_access_unsupported);
   }
-  mappings_[a.storage.get()] = Mapping{id, cur(), 1};
+  mappings_[{a.storage.get(), ordinal}] = Mapping{id, ordinal, 1};
   ++a.mappings;
   *ptr = a.storage.get();
   return CudaErr::success;
@@ -367,10 +369,14 @@ CudaErr FakeCuda::ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle
 
 CudaErr FakeCuda::ipc_close_mem_handle(void* ptr) noexcept {
   FAKE_ENTER(FakeOp::ipc_close_mem_handle);
-  auto it = mappings_.find(ptr);
-  if (it == mappings_.end()) return ret(CudaErr::invalid_value);
-  if (it->second.device != cur()) {
-    ++world_->wrong_device_closes_;
+  auto it = mappings_.find({ptr, cur()});
+  if (it == mappings_.end()) {
+    for (const auto& [key, m] : mappings_) {
+      if (key.first == ptr) {
+        ++world_->wrong_device_closes_;  // mapped, but in another device's context
+        break;
+      }
+    }
     return ret(CudaErr::invalid_value);
   }
   if (--it->second.refs > 0) return CudaErr::success;

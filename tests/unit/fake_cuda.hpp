@@ -293,7 +293,7 @@ class FakeCuda final : public detail::CudaApi {
     int device = 0;  // ordinal current at open
     int refs = 0;
   };
-  std::map<void*, Mapping> mappings_;
+  std::map<std::pair<void*, int>, Mapping> mappings_;  // key: (pointer, ordinal of the context)
 };
 
 }  // namespace ipcring::test

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_common.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <utility>
 #include <vector>
@@ -48,6 +49,15 @@ bool event_done(CudaApi& api, CudaEvent event) noexcept {
 
 bool lease_active(std::uint64_t w) noexcept {
   return LeaseWord::state(w) == static_cast<std::uint8_t>(LeaseState::active);
+}
+
+TestBreak test_break() noexcept {
+  const char* v = std::getenv("IPCRING_CUDA_TEST_BREAK");
+  if (v == nullptr) return TestBreak::none;
+  const std::string s(v);
+  if (s == "wait_on") return TestBreak::wait_on;
+  if (s == "release_fence") return TestBreak::release_fence;
+  return TestBreak::none;
 }
 
 std::mutex& registry_mutex() {

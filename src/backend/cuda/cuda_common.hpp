@@ -61,6 +61,13 @@ bool event_done(CudaApi& api, CudaEvent event) noexcept;
 
 bool lease_active(std::uint64_t w) noexcept;
 
+// Negative controls for the GPU tests, never for production: IPCRING_CUDA_TEST_BREAK=wait_on makes
+// Frame::wait_on a no-op; =release_fence makes a reader's release write its fence word from the
+// CPU at once instead of from its stream after its kernels. With either, the GPU tests that check
+// the corresponding ordering must fail (tests/gpu/README.md). Read when a pool is made.
+enum class TestBreak { none, wait_on, release_fence };
+TestBreak test_break() noexcept;
+
 // Guards the process-wide registries: the producers of this process, the import cache, the
 // segment registrations.
 std::mutex& registry_mutex();

@@ -110,6 +110,7 @@ class CudaReaderPool final : public ReaderPool {
   std::uint64_t last_instance_ = 0;
   std::uint64_t last_epoch_ = 0;
   std::shared_ptr<SegmentRegistration> registration_;
+  TestBreak break_ = test_break();  // negative controls of the GPU tests only
   ErrorLog log_;
 };
 
@@ -305,6 +306,7 @@ Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
   // replaced is gone with its events. Either way there is nothing left to wait for, and its event
   // must not be used.
   if (!producer_current(c.epoch)) return Status::ok;
+  if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
   CudaErr e;
   if (stream != nullptr) {
     e = api_->stream_wait_event(stream, c.import->write_done);
@@ -334,7 +336,10 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
     // process. Work on non-blocking streams needs release(stream). Any stream of any device may
     // write the word (the registration is portable).
     CudaErr e;
-    if (stream != nullptr) {
+    if (break_ == TestBreak::release_fence) {
+      word.store(value, std::memory_order_release);  // negative control: not after our kernels
+      e = CudaErr::success;
+    } else if (stream != nullptr) {
       e = api_->stream_write_value64(stream, addr, value);
     } else {
       DeviceGuard guard(*api_, device_);
