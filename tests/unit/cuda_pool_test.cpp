@@ -907,9 +907,10 @@ TEST_SUITE("cuda") {
     seg.view.slot(1).sequence.store(4);
     auto rdr = world->process();
     seg.reader_alive(0, 1);
-    ::setenv("IPCRING_CUDA_TEST_BREAK", "release_fence", 1);
+    // This test's thread is the only one touching the environment while it runs.
+    ::setenv("IPCRING_CUDA_TEST_BREAK", "release_fence", 1);  // NOLINT(concurrency-mt-unsafe)
     auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
-    ::unsetenv("IPCRING_CUDA_TEST_BREAK");
+    ::unsetenv("IPCRING_CUDA_TEST_BREAK");  // NOLINT(concurrency-mt-unsafe)
     reader->attached(0);
     REQUIRE(reader->buffer(1, 1, 0x99) != nullptr);
     CudaStream rs = rdr->make_stream(true);

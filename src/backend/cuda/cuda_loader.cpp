@@ -31,7 +31,9 @@ std::string directory_of(const std::string& path) {
 
 std::vector<std::string> candidates() {
   std::vector<std::string> out;
-  if (const char* env = std::getenv("IPCRING_CUDA_PLUGIN"); env != nullptr && *env != '\0') {
+  // Read once, under std::call_once; nothing in ipcring writes the environment.
+  if (const char* env = std::getenv("IPCRING_CUDA_PLUGIN");  // NOLINT(concurrency-mt-unsafe)
+      env != nullptr && *env != '\0') {
     out.emplace_back(env);
     return out;  // explicit: nothing else is tried, so a wrong path is reported, not bypassed
   }
@@ -64,7 +66,7 @@ Loaded load_once() {
   for (const std::string& path : candidates()) {
     void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (module == nullptr) {
-      const char* err = dlerror();
+      const char* err = dlerror();  // NOLINT(concurrency-mt-unsafe): under std::call_once
       // A candidate that does not exist is expected; say so briefly.
       tried += "\n  " + path + ": " + (err != nullptr ? err : "not loadable");
       continue;

@@ -163,7 +163,7 @@ CudaReaderPool::~CudaReaderPool() {
   // words. Bounded, because our streams may be stuck (behind a dead producer's write-done event,
   // or a kernel that never ends); past the bound those mappings stay open.
   const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
-  std::unique_ptr<bool[]> done(new bool[slots_]());
+  bool done[kMaxSlots] = {};  // no allocation in a destructor
   const bool all = wait_until(
       [&] {
         bool ok = true;
