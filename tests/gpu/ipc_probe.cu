@@ -51,14 +51,14 @@ __global__ void spin_kernel(std::uint64_t ns, const std::uint64_t* read, std::ui
   if (sink != nullptr) *sink = acc;
 }
 
-#define OK(call)                                                                              \
-  do {                                                                                        \
-    const cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::printf("ipc_probe: error: %s:%d %s: %s\n", __FILE__, __LINE__, #call,              \
-                  cudaGetErrorName(e_));                                                      \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+#define OK(call)                                                                 \
+  do {                                                                           \
+    const cudaError_t e_ = (call);                                               \
+    if (e_ != cudaSuccess) {                                                     \
+      std::printf("ipc_probe: error: %s:%d %s: %s\n", __FILE__, __LINE__, #call, \
+                  cudaGetErrorName(e_));                                         \
+      std::exit(1);                                                              \
+    }                                                                            \
   } while (0)
 
 using StreamValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -196,7 +196,8 @@ int importer(const std::string& check, int in, int out) {
     if (check == "open_twice") {
       void* q = nullptr;
       e = cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess);
-      const char r = e == cudaSuccess ? (q == p ? 's' : 'd') : (e == cudaErrorAlreadyMapped ? 'a' : 'x');
+      const char r =
+          e == cudaSuccess ? (q == p ? 's' : 'd') : (e == cudaErrorAlreadyMapped ? 'a' : 'x');
       (void)cudaGetLastError();
       answer(r);
       if (e == cudaSuccess) (void)cudaIpcCloseMemHandle(q);
@@ -211,9 +212,10 @@ int importer(const std::string& check, int in, int out) {
       e = cudaIpcCloseMemHandle(p);
       const double close_ms = ms_since(t);
       const cudaError_t k = cudaStreamSynchronize(s);
-      std::printf("ipc_probe: close_in_flight: ANSWER cudaIpcCloseMemHandle with a 500 ms kernel "
-                  "reading the mapping returned %s after %.1f ms; the kernel then ended with %s\n",
-                  cudaGetErrorName(e), close_ms, cudaGetErrorName(k));
+      std::printf(
+          "ipc_probe: close_in_flight: ANSWER cudaIpcCloseMemHandle with a 500 ms kernel "
+          "reading the mapping returned %s after %.1f ms; the kernel then ended with %s\n",
+          cudaGetErrorName(e), close_ms, cudaGetErrorName(k));
       std::fflush(stdout);
       answer('k');
       return 0;
@@ -224,9 +226,10 @@ int importer(const std::string& check, int in, int out) {
     if (!recv_all(in, &go, 1)) return 2;
     std::uint64_t v = 0;
     e = cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost);
-    std::printf("ipc_probe: free_while_mapped: ANSWER after the exporter's cudaFree, the importer's "
-                "read of its mapping returned %s (value 0x%llx, written 0x5a5a before the free)\n",
-                cudaGetErrorName(e), static_cast<unsigned long long>(v));
+    std::printf(
+        "ipc_probe: free_while_mapped: ANSWER after the exporter's cudaFree, the importer's "
+        "read of its mapping returned %s (value 0x%llx, written 0x5a5a before the free)\n",
+        cudaGetErrorName(e), static_cast<unsigned long long>(v));
     std::fflush(stdout);
     (void)cudaGetLastError();
     (void)cudaIpcCloseMemHandle(p);
@@ -363,12 +366,12 @@ void check_memory(const char* check) {
   const bool got = recv_all(im.from, &a, 1);
   if (std::strcmp(check, "open_twice") == 0) {
     report("open_twice", got && a != 'x' ? "ANSWER" : "FAIL",
-           !got        ? "no answer"
-           : a == 's'  ? "a second cudaIpcOpenMemHandle of the same handle in one context returns "
-                         "the same pointer (reference counted)"
-           : a == 'd'  ? "a second open returns a different pointer"
-           : a == 'a'  ? "a second open fails with cudaErrorAlreadyMapped"
-                       : "the first open failed");
+           !got       ? "no answer"
+           : a == 's' ? "a second cudaIpcOpenMemHandle of the same handle in one context returns "
+                        "the same pointer (reference counted)"
+           : a == 'd' ? "a second open returns a different pointer"
+           : a == 'a' ? "a second open fails with cudaErrorAlreadyMapped"
+                      : "the first open failed");
   } else if (std::strcmp(check, "free_while_mapped") == 0) {
     OK(cudaFree(p));
     p = nullptr;
@@ -469,9 +472,10 @@ int main(int argc, char** argv) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (e == cudaErrorInsufficientDriver && dv == cudaSuccess && driver > 0) {
-    std::printf("ipc_probe: FAIL the NVIDIA driver supports CUDA %d.%d, older than this runtime "
-                "(%d.%d): update the driver\n",
-                driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    std::printf(
+        "ipc_probe: FAIL the NVIDIA driver supports CUDA %d.%d, older than this runtime "
+        "(%d.%d): update the driver\n",
+        driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
     return 1;
   }
   if (e != cudaSuccess || devices == 0) {
@@ -488,8 +492,9 @@ int main(int argc, char** argv) {
   check_memory("close_in_flight");
   check_memory("free_while_mapped");
   check_event_killed();  // last: it may leave a stream stuck
-  std::printf("ipc_probe: %s\n", failures == 0 ? "PASS (every relied-on fact holds)"
-                                               : "FAIL (a fact the design relies on does not hold)");
+  std::printf("ipc_probe: %s\n", failures == 0
+                                     ? "PASS (every relied-on fact holds)"
+                                     : "FAIL (a fact the design relies on does not hold)");
   return failures == 0 ? 0 : 1;
 }
 
