@@ -63,6 +63,7 @@ struct Case {
   const char* break_mode = nullptr;
   bool legacy = false;            // every stream is the legacy default stream (nullptr everywhere)
   std::uint32_t per_process = 1;  // Readers per reader process
+  bool takeover = false;  // the first producer is SIGKILLed mid-stream, a second one takes over
 };
 
 const Case kCases[] = {
@@ -99,6 +100,10 @@ const Case kCases[] = {
     {"two_readers_one_process",
      "two Readers in one process share the mappings and both verify every frame", 6, 2, 1 << 20,
      200, true, 0, 200, 1, 1'000'000, nullptr, false, 2},
+    {"takeover",
+     "the producer is SIGKILLed with frames in flight; a new one takes the channel over and the "
+     "reader, still attached, verifies its frames",
+     4, 1, 1 << 20, 300, true, 0, 5000, 1, 1'000'000, nullptr, false, 1, true},
     {"uuid_visible",
      "a reader started with CUDA_VISIBLE_DEVICES=GPU-<uuid> finds the frames' GPU by UUID", 4, 1,
      1 << 20, 100, true, 0, 200, 1},
@@ -241,10 +246,17 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
   notify(fd, 'A');
   int frames = 0;
   bool ended = false;
+  bool gone_seen = false;
   while (frames < c.frames && !ended) {
     for (Reader& reader : readers) {
-      Result<Frame> f = reader.read(3s);
+      Result<Frame> f = reader.read(c.takeover ? 20s : 3s);
       if (!f) {
+        if (f.status() == Status::producer_gone && c.takeover && !gone_seen) {
+          gone_seen = true;  // the first producer died: wait for its successor
+          std::printf("reader: producer_gone after %d frames; waiting for the takeover\n", frames);
+          std::fflush(stdout);
+          continue;
+        }
         if (f.status() == Status::producer_gone || f.status() == Status::timeout) {
           ended = true;
           break;
@@ -466,6 +478,20 @@ int run_case(const Case& c) {
       uuid += kHex[b & 0xf];
     }
     std::printf("uuid_visible: CUDA_VISIBLE_DEVICES=%s\n", uuid.c_str());
+  }
+  if (c.takeover) {
+    Child rd = spawn("reader", c, channel, 0);
+    expect(wait_for(rd, 'A', 60s), "the reader attached");
+    std::this_thread::sleep_for(700ms);  // about 140 of its 300 frames, at 5 ms
+    kill(prod.pid, SIGKILL);
+    (void)finish(prod, 30s);
+    std::printf("takeover: first producer SIGKILLed; starting its successor\n");
+    Child next = spawn("producer", c, channel, 0);
+    expect(wait_for(next, 'P', 60s), "the successor took the channel over");
+    expect(finish(rd, 120s) == kPass, "the reader verified the frames of both producers");
+    expect(finish(next, 120s) == kPass, "the successor finished");
+    remove_channel(channel, true);
+    return ok ? kPass : kFail;
   }
   std::vector<Child> readers;
   for (std::uint32_t i = 0; i < c.readers / c.per_process; ++i) {
