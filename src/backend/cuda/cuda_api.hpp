@@ -1,9 +1,11 @@
 // cuda_api.hpp — the narrow CUDA interface of the CUDA frame pool.
 //
-// The pool (cuda_pool.cpp) makes exactly these calls and no others. Two implementations exist:
-// cuda_api_cudart.cpp forwards each call to the CUDA runtime (libcudart, never libcuda: the build
-// links CUDA::cudart only), and tests/unit/fake_cuda.cpp simulates devices, IPC handles, events
-// and streams in host memory so the import cache, the fences and the lifetime rules are tested on
+// The pools (cuda_producer_pool.cpp, cuda_reader_pool.cpp) make exactly these calls and no others.
+// Two implementations exist: cuda_api_cudart.cpp forwards each call to the CUDA runtime, linked
+// statically into the module libipcring_cuda.so (driver functions through entry points loaded at
+// run time: never a link against libcuda), and tests/unit/fake_cuda.cpp simulates devices,
+// contexts, IPC handles, events, streams and stream memory operations in host memory, with only
+// the documented semantics, so the import cache, the fences and the lifetime rules are tested on
 // machines without a GPU.
 //
 // This header does not include any CUDA header: the types below mirror the runtime's
