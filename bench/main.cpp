@@ -5,8 +5,9 @@
 // usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format, --benchmark_format,
 // --benchmark_repetitions ...); ringbench's own flags are listed by usage() below.
 //
-// Exit status: 0 when every selected benchmark ran or was skipped with a reason ("skipped: ..."),
-// 1 when one failed ("error: ..."), 2 for a bad command line.
+// Exit status (the tools' convention): 0 when every selected benchmark ran or was skipped with a
+// reason ("skipped: ..."), 1 when one failed ("error: ..."), 2 for a bad command line. --version
+// prints "ringbench VERSION (layout N)".
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "ipcring/version.hpp"
 #include "roudi.hpp"
 #include "summary.hpp"
 
@@ -35,6 +37,7 @@ void usage() {
       "  --ringbench_gap_us=N      pause after each ack when receivers block (default 100)\n"
       "  --ringbench_cpus=A,B,...  CPUs to use: A for the sender, the rest for receivers\n"
       "                            (default: the affinity mask, lowest CPU to the sender)\n"
+      "  --version                 print the version and exit\n"
       "Google Benchmark's flags follow (--benchmark_filter, --benchmark_out ...).\n\n");
 }
 
@@ -54,10 +57,17 @@ int main(int argc, char** argv) {
   std::string png = "ringbench-latency.png";
   std::string format = "console";
   std::vector<char*> rest = {argv[0]};
+  std::string option;  // the option whose value is being converted, for the message
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       std::string value;
+      option = arg.substr(0, arg.find('='));
+      if (arg == "--version") {
+        std::printf("ringbench %s (layout %u)\n", ipcring::kVersion,
+                    static_cast<unsigned>(ipcring::layout_version()));
+        return 0;
+      }
       if (arg == "--summary") {
         summary = true;
       } else if (arg == "--smoke") {
@@ -85,7 +95,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ringbench: bad option value (%s)\n", e.what());
+    std::fprintf(stderr, "ringbench: %s: bad value (%s)\n", option.c_str(), e.what());
     return 2;
   }
   if (summary && format != "console") {

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ipcring needs that are missing. Idempotent; quiet when all are there.
 # Usage: scripts/install-deps.sh [--minimal]   (--minimal: only what the library, tools and C++
-# tests need; without it also Python/PyTorch, iceoryx, spin, clang fuzzing and plotting)
+# tests need; without it also Python/PyTorch, iceoryx, spin, clang fuzzing and plotting, and
+# what scripts/test.sh itself calls: file (aarch64-check.sh), git (tidy.sh))
 set -euo pipefail
 
 core=(cmake g++ make pkg-config libboost-dev doctest-dev libbenchmark-dev libcli11-dev
       nlohmann-json3-dev)
 extra=(clang libclang-rt-14-dev clang-tidy spin python3-dev pybind11-dev libdlpack-dev
        python3-numpy python3-pytest python3-torch iceoryx libiceoryx-posh-dev
-       libiceoryx-hoofs-dev gnuplot-nox g++-aarch64-linux-gnu qemu-user)
+       libiceoryx-hoofs-dev gnuplot-nox g++-aarch64-linux-gnu qemu-user file git)
+extra+=(cyclonedds-dev cyclonedds-tools)  # ringbridge: Cyclone DDS, idlc, ddsperf
 want=("${core[@]}")
 [[ "${1:-}" == "--minimal" ]] || want+=("${extra[@]}")
 

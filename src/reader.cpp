@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -276,9 +278,52 @@ Reader::Reader(Reader&&) noexcept = default;
 Reader& Reader::operator=(Reader&&) noexcept = default;
 Reader::~Reader() = default;
 
+namespace {
+
+// Reader::attach with options.wait_for_channel > 0: attaches with no wait until the channel exists
+// and its creator has finished it (not_found and not_ready are retried every few milliseconds),
+// or the wait runs out (the last refusal is thrown, saying how long it waited). Any other refusal
+// is thrown at once.
+Reader attach_waiting(std::string_view name, ReaderOptions options) {
+  using Clock = std::chrono::steady_clock;
+  const std::chrono::nanoseconds wait = options.wait_for_channel;
+  options.wait_for_channel = std::chrono::nanoseconds(0);
+  const Clock::time_point start = Clock::now();
+  // Saturate: a wait of nanoseconds::max() means "for ever", not an overflowed deadline.
+  const Clock::time_point deadline =
+      wait >= Clock::time_point::max() - start
+          ? Clock::time_point::max()
+          : start + std::chrono::duration_cast<Clock::duration>(wait);
+  for (;;) {
+    try {
+      return Reader::attach(name, options);
+    } catch (const Error& e) {
+      if (e.code() != Errc::not_found && e.code() != Errc::not_ready) throw;
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        const double waited = std::chrono::duration<double>(now - start).count();
+        char text[64];
+        std::snprintf(text, sizeof text, "%.3f", waited);
+        throw Error(e.code(), std::string(e.what()) + " (waited " + text +
+                                  " s for it: ReaderOptions::wait_for_channel)");
+      }
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(std::chrono::milliseconds(10), deadline - now));
+    }
+  }
+}
+
+}  // namespace
+
 Reader Reader::attach(std::string_view name, ReaderOptions options) {
   using namespace detail;
   validate_name(name);
+  if (options.wait_for_channel.count() < 0) {
+    throw Error(Errc::invalid_argument,
+                "ipcring: channel '" + std::string(name) + "': wait_for_channel is negative (" +
+                    std::to_string(options.wait_for_channel.count()) + " ns)");
+  }
+  if (options.wait_for_channel.count() > 0) return attach_waiting(name, options);
   if (options.policy != ReadPolicy::latest && options.policy != ReadPolicy::sequential) {
     throw Error(Errc::invalid_argument, "ipcring: channel '" + std::string(name) +
                                             "': unknown read policy " +

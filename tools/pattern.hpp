@@ -37,4 +37,20 @@ inline bool check(const std::byte* p, std::size_t bytes, std::uint64_t sequence)
   return first_mismatch(p, bytes, sequence) == SIZE_MAX;
 }
 
+// The sequence a frame was filled for, recovered from its first word (word() is invertible in
+// k = 0: x ^ (x >> 31) undoes itself with one more step, and the multiplier is odd). For frames
+// relayed from another channel (ringbridge import), whose own sequence numbers differ from the
+// ones the payload was made for. False when the frame has no whole word.
+inline bool origin_sequence(const std::byte* p, std::size_t bytes, std::uint64_t& out) noexcept {
+  if (bytes < 8) return false;
+  std::uint64_t y;
+  std::memcpy(&y, p, 8);
+  const std::uint64_t x = y ^ (y >> 31) ^ (y >> 62);
+  // Inverse of 0x9e3779b97f4a7c15 modulo 2^64 (Newton's iteration, each step doubles the bits).
+  std::uint64_t inv = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 5; ++i) inv *= 2 - 0x9e3779b97f4a7c15ULL * inv;
+  out = (x - 1) * inv;
+  return true;
+}
+
 }  // namespace ipcring::pattern

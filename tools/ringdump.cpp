@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 
 namespace {
@@ -52,28 +53,15 @@ using ipcring::Snapshot;
 
 constexpr int kSchemaVersion = 1;
 
-// ---- exit codes -------------------------------------------------------------------------------
+// ---- exit codes (the tools' convention, cli.hpp) ------------------------------------------------
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnhealthy = 3;
-constexpr int kExitVersion = 4;
-
-int exit_code_for(Errc code) {
-  switch (code) {
-    case Errc::version_mismatch:
-      return kExitVersion;
-    case Errc::invalid_name:
-      return kExitUsage;
-    default:
-      return kExitError;
-  }
-}
+using ipcring::tools::kExitError;
+using ipcring::tools::kExitOk;
+using ipcring::tools::kExitUnhealthy;
+using ipcring::tools::kExitUsage;
 
 int report(const ipcring::Error& e) {
-  std::fprintf(stderr, "ringdump: %s [%s]\n", e.what(), ipcring::to_string(e.code()));
-  return exit_code_for(e.code());
+  return ipcring::tools::report("ringdump", e);
 }
 
 // ---- signals ----------------------------------------------------------------------------------
@@ -977,11 +965,7 @@ int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
 int run(int argc, char** argv) {
   CLI::App app{"ringdump: inspect and repair ipcring channels (shared-memory frame rings)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("ringdump ") + ipcring::kVersion + " (layout " +
-                                        std::to_string(ipcring::layout_version()) + ")");
-  app.footer(
-      "Exit status: 0 ok, 1 runtime error, 2 usage error, 3 unhealthy (check), 4 layout version "
-      "mismatch.");
+  ipcring::tools::apply_convention(app, "ringdump");
 
   std::string name;
   bool json = false;
@@ -1038,12 +1022,7 @@ int run(int argc, char** argv) {
   gc->add_flag("--force", force, "Remove live and uninspectable channels too");
   gc->add_flag("--dry-run", dry_run, "Only say what would be removed");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help, version or the error
-    return rc == 0 ? kExitOk : kExitUsage;
-  }
+  if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
   // Read once, before anything could start a thread.
   const char* no_colour = std::getenv("NO_COLOR");  // NOLINT(concurrency-mt-unsafe)

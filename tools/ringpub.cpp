@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 #include "signals.hpp"
@@ -13,13 +14,14 @@ using namespace std::chrono;
 namespace {
 int run(int argc, char** argv) {
   CLI::App app{"ringpub: publish sequence-derived frames into an ipcring channel"};
+  ipcring::tools::apply_convention(app, "ringpub");
   std::string name;
-  ipcring::ChannelConfig cfg;
+  ipcring::ChannelConfig cfg;  // the library's defaults, which satisfy the sizing rule
   cfg.frame_bytes = std::size_t{64} * 1024;
   double rate = 1000.0;
   std::uint64_t count = 0;
   double duration_s = 0.0;
-  unsigned mode = 0600;
+  unsigned mode = cfg.mode;
   app.add_option("name", name, "Channel name ([A-Za-z0-9_-], at most 200)")->required();
   app.add_option("--slots", cfg.slots, "Frame buffers in the pool")->capture_default_str();
   app.add_option("--readers", cfg.max_readers, "Maximum readers")->capture_default_str();
@@ -27,12 +29,16 @@ int run(int argc, char** argv) {
   app.add_option("--frame-bytes", cfg.frame_bytes, "Capacity (and payload) of each frame")
       ->capture_default_str();
   app.add_option("--rate", rate, "Frames per second (0: as fast as possible)")
+      ->check(ipcring::tools::non_negative())
       ->capture_default_str();
   auto* count_opt = app.add_option("--count", count, "Stop after N frames");
-  app.add_option("--duration", duration_s, "Stop after SEC seconds")->excludes(count_opt);
+  app.add_option("--duration", duration_s, "Stop after SEC seconds")
+      ->check(ipcring::tools::non_negative())
+      ->excludes(count_opt);
   app.add_option("--mode", mode, "Permission bits of the segments (octal, e.g. 0660)")
-      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
-  CLI11_PARSE(app, argc, argv);
+      ->transform(ipcring::tools::octal_mode)
+      ->default_str("0600");
+  if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
   cfg.mode = mode;
 
   ipcring::tools::install_stop_handlers();
@@ -40,8 +46,7 @@ int run(int argc, char** argv) {
   try {
     producer.emplace(ipcring::Producer::create(name, cfg));
   } catch (const ipcring::Error& e) {
-    std::fprintf(stderr, "ringpub: %s [%s]\n", e.what(), ipcring::to_string(e.code()));
-    return 1;
+    return ipcring::tools::report("ringpub", e);
   }
   if (!cfg.loan_never_fails()) {
     std::fprintf(stderr,
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
+    std::fprintf(stderr, "ringpub: %s\n", e.what());
+    return ipcring::tools::kExitError;
   }
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 #include "signals.hpp"
@@ -22,54 +23,56 @@ bool channel_listed(const std::string& name) {
 namespace {
 int run(int argc, char** argv) {
   CLI::App app{"ringsub: read and verify frames of an ipcring channel"};
+  ipcring::tools::apply_convention(app, "ringsub");
   std::string name;
   std::string policy = "latest";
   double hold_ms = 0.0;
   std::uint64_t count = 0;
   double duration_s = 0.0;
-  double wait = 5.0;
+  double wait_s = 5.0;
   bool quiet = false;
+  bool origin = false;
   app.add_option("name", name, "Channel name")->required();
   app.add_option("--policy", policy, "latest or sequential")
       ->check(CLI::IsMember({"latest", "sequential"}))
       ->capture_default_str();
   app.add_option("--hold-ms", hold_ms, "Hold each frame this long before releasing it")
+      ->check(ipcring::tools::non_negative())
       ->capture_default_str();
   auto* count_opt = app.add_option("--count", count, "Stop after N frames");
-  app.add_option("--duration", duration_s, "Stop after SEC seconds")->excludes(count_opt);
-  app.add_option("--wait", wait, "Wait up to SEC seconds for the channel to appear")
+  app.add_option("--duration", duration_s, "Stop after SEC seconds")
+      ->check(ipcring::tools::non_negative())
+      ->excludes(count_opt);
+  app.add_option("--wait-for-channel,--wait", wait_s,
+                 "Wait up to SEC seconds for the channel to appear (0: fail at once)")
+      ->check(ipcring::tools::non_negative(1e6))
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "Print only the summary");
-  CLI11_PARSE(app, argc, argv);
+  app.add_flag("--origin-sequence", origin,
+               "Frames relayed from another channel (ringbridge import): verify each against the "
+               "sequence its payload was made for, which must grow; gaps are counted");
+  if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
-  ipcring::tools::install_stop_handlers();
   const auto start = steady_clock::now();
   ipcring::ReaderOptions opts;
   opts.policy =
       policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
+  opts.wait_for_channel = duration_cast<nanoseconds>(duration<double>(wait_s));
   std::optional<ipcring::Reader> reader;
-  for (;;) {
-    try {
-      reader.emplace(ipcring::Reader::attach(name, opts));
-      break;
-    } catch (const ipcring::Error& e) {
-      const bool retry =
-          e.code() == ipcring::Errc::not_found || e.code() == ipcring::Errc::not_ready;
-      if (!retry ||
-          steady_clock::now() - start >
-              duration_cast<steady_clock::duration>(duration<double>(wait)) ||
-          ipcring::tools::stop_requested()) {
-        std::fprintf(stderr, "ringsub: %s [%s]\n", e.what(), ipcring::to_string(e.code()));
-        return 2;
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
+  try {
+    reader.emplace(ipcring::Reader::attach(name, opts));
+  } catch (const ipcring::Error& e) {
+    return ipcring::tools::report("ringsub", e);
   }
+  // After attach: until then a signal's default action (ending the process) is what Ctrl-C
+  // should do, and nothing needs cleaning up.
+  ipcring::tools::install_stop_handlers();
   const auto end = duration_s > 0
                        ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
                        : steady_clock::time_point::max();
   std::uint64_t frames = 0, corrupt = 0, gone = 0;
   std::uint64_t last_seq = 0;
+  std::uint64_t gaps = 0;  // --origin-sequence: frames missing between consecutive ones
   while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
     const auto now = steady_clock::now();
     if (now >= end) break;
@@ -90,9 +93,11 @@ int run(int argc, char** argv) {
       break;
     }
     ++frames;
-    const std::uint64_t seq = f->sequence();
-    bool bad = !ipcring::pattern::check(f->data(), f->size(), seq);
+    std::uint64_t seq = f->sequence();
+    bool bad = origin && !ipcring::pattern::origin_sequence(f->data(), f->size(), seq);
+    bad = bad || !ipcring::pattern::check(f->data(), f->size(), seq);
     if (seq <= last_seq) bad = true;  // sequences only grow
+    if (origin && !bad && last_seq != 0) gaps += seq - last_seq - 1;
     last_seq = seq;
     if (hold_ms > 0) std::this_thread::sleep_for(duration<double, std::milli>(hold_ms));
     if (!ipcring::pattern::check(f->data(), f->size(), seq)) bad = true;  // overwritten while held?
@@ -108,12 +113,13 @@ int run(int argc, char** argv) {
   const double secs = duration_cast<duration<double>>(steady_clock::now() - start).count();
   std::printf(
       "ringsub %s [%s, hold %.1f ms]: frames=%llu overruns=%llu corrupt=%llu last_sequence=%llu "
-      "producer_gone=%llu seconds=%.2f\n",
+      "producer_gone=%llu seconds=%.2f%s\n",
       name.c_str(), policy.c_str(), hold_ms, static_cast<unsigned long long>(frames),
       static_cast<unsigned long long>(reader->overruns()), static_cast<unsigned long long>(corrupt),
-      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs);
+      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone), secs,
+      origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
   std::fflush(stdout);
-  return corrupt != 0 ? 1 : 0;
+  return corrupt != 0 ? ipcring::tools::kExitError : ipcring::tools::kExitOk;
 }
 
 }  // namespace
@@ -122,7 +128,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
-    return 1;
+    std::fprintf(stderr, "ringsub: %s\n", e.what());
+    return ipcring::tools::kExitError;
   }
 }

@@ -10,8 +10,9 @@ namespace ipcring {
 enum class Backend : std::uint32_t { host = 1, cuda = 2 };
 
 struct ChannelConfig {
+  // The defaults satisfy the sizing rule below (8 >= 4 * 1 + 2).
   std::uint32_t slots = 8;        // frame buffers in the pool, 1..1024
-  std::uint32_t max_readers = 8;  // reader entries, 1..32
+  std::uint32_t max_readers = 4;  // reader entries, 1..32
   std::uint32_t max_held = 1;     // frames one reader may hold at once, 1..64
   std::size_t frame_bytes = 0;    // capacity of each frame buffer, > 0
   Backend backend = Backend::host;
@@ -41,6 +42,11 @@ struct ReaderOptions {
   // While sleeping, the producer's lease is probed this often, so a dead producer is reported as
   // Status::producer_gone within about this time.
   std::chrono::nanoseconds producer_probe = std::chrono::milliseconds(100);
+  // Reader::attach waits up to this long for the channel to exist and be ready (its producer not
+  // started yet, or still creating it), retrying every few milliseconds; when the wait runs out it
+  // throws the last not_found (or not_ready), saying how long it waited. Other refusals are thrown
+  // at once. 0: fail at once. Negative: Errc::invalid_argument.
+  std::chrono::nanoseconds wait_for_channel = std::chrono::nanoseconds(0);
 };
 
 }  // namespace ipcring

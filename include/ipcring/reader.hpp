@@ -21,7 +21,9 @@ class ReaderCore;
 // one thread at a time; the Frames it returns may be released from any thread.
 class Reader {
  public:
-  static Reader attach(std::string_view name, ReaderOptions options = {});  // throws Error
+  // Throws Error (Errc::not_found when there is no such channel, after waiting up to
+  // options.wait_for_channel for it to appear).
+  static Reader attach(std::string_view name, ReaderOptions options = {});
 
   Reader(Reader&&) noexcept;
   Reader& operator=(Reader&&) noexcept;

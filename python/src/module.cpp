@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "errors.hpp"
 #include "state.hpp"
@@ -341,7 +342,8 @@ class PyProducer {
 
 class PyReader {
  public:
-  PyReader(const std::string& name, const std::string& policy, double spin, double producer_probe)
+  PyReader(const std::string& name, const std::string& policy, double spin, double producer_probe,
+           double wait_for_channel)
       : state_(std::make_shared<ReaderState>()) {
     ReaderOptions o;
     if (policy == "latest") {
@@ -354,11 +356,13 @@ class PyReader {
     }
     o.spin = seconds_option(spin, name, "spin");
     o.producer_probe = seconds_option(producer_probe, name, "producer_probe");
+    const std::chrono::nanoseconds wait =
+        seconds_option(wait_for_channel, name, "wait_for_channel");
     state_->name = name;
+    attach_waiting(name, o, wait);
     Backend backend = Backend::host;
     {
       py::gil_scoped_release nogil;
-      state_->reader.emplace(Reader::attach(name, o));
       // The public Reader does not say which backend its channel uses; the snapshot does.
       backend = ipcring::inspect(name).backend;
     }
@@ -371,6 +375,36 @@ class PyReader {
       throw;
     }
     policy_ = o.policy;
+  }
+
+  // Reader::attach waiting up to `wait` for the channel to exist and be ready (what
+  // ReaderOptions::wait_for_channel does in C++), tried every 10 ms without the GIL and with a
+  // signal check between tries, so that Ctrl-C interrupts the wait.
+  void attach_waiting(const std::string& name, const ReaderOptions& o,
+                      std::chrono::nanoseconds wait) {
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    for (;;) {
+      try {
+        py::gil_scoped_release nogil;
+        state_->reader.emplace(Reader::attach(name, o));
+        return;
+      } catch (const Error& e) {
+        if (e.code() != Errc::not_found && e.code() != Errc::not_ready) throw;
+        const Clock::duration waited = Clock::now() - start;
+        if (wait.count() == 0) throw;
+        if (waited >= wait) {
+          throw Error(e.code(), std::string(e.what()) + " (waited " +
+                                    seconds_text(std::chrono::duration<double>(waited).count()) +
+                                    " s for it: wait_for_channel)");
+        }
+      }
+      {
+        py::gil_scoped_release nogil;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      check_signals();
+    }
   }
 
   py::object try_read() {
@@ -686,7 +720,7 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
 
   // ---- Producer ----
   py::class_<PyProducer>(m, "Producer", R"doc(
-Producer(name, slots=8, max_readers=8, max_held=1, frame_bytes=0, backend='host', mode=0o600,
+Producer(name, slots=8, max_readers=4, max_held=1, frame_bytes=0, backend='host', mode=0o600,
          cuda_device=0, reap_period=0.1)
 
 Creates the channel `name` (or takes over one whose producer died) with `slots` frame buffers of
@@ -696,7 +730,7 @@ removes its shared-memory names.
 )doc")
       .def(py::init<const std::string&, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                     const std::string&, std::int64_t, int, double>(),
-           py::arg("name"), py::arg("slots") = 8, py::arg("max_readers") = 8,
+           py::arg("name"), py::arg("slots") = 8, py::arg("max_readers") = 4,
            py::arg("max_held") = 1, py::arg("frame_bytes") = 0, py::arg("backend") = "host",
            py::arg("mode") = 0600, py::arg("cuda_device") = 0, py::arg("reap_period") = 0.1)
       .def("loan", &PyProducer::loan, py::arg("timeout") = py::none(),
@@ -730,14 +764,16 @@ removes its shared-memory names.
 
   // ---- Reader ----
   py::class_<PyReader>(m, "Reader", R"doc(
-Reader(name, policy='latest', spin=0.0, producer_probe=0.1)
+Reader(name, policy='latest', spin=0.0, producer_probe=0.1, wait_for_channel=0.0)
 
-Attaches to the channel `name` (NotFound if it does not exist). policy 'latest' returns the newest
+Attaches to the channel `name`. wait_for_channel: seconds to wait for the channel to appear (its
+producer not started yet); 0 raises NotFound at once. policy 'latest' returns the newest
 frame not yet read; 'sequential' every frame in order (frames lost to the producer lapping the
 reader are counted in overruns and Frame.skipped). spin: seconds read() polls before sleeping.
 )doc")
-      .def(py::init<const std::string&, const std::string&, double, double>(), py::arg("name"),
-           py::arg("policy") = "latest", py::arg("spin") = 0.0, py::arg("producer_probe") = 0.1)
+      .def(py::init<const std::string&, const std::string&, double, double, double>(),
+           py::arg("name"), py::arg("policy") = "latest", py::arg("spin") = 0.0,
+           py::arg("producer_probe") = 0.1, py::arg("wait_for_channel") = 0.0)
       .def("try_read", &PyReader::try_read,
            "A Frame, or None when nothing new was published. Raises ProducerGone (once per "
            "ended producer epoch), MaxHeld, Evicted, Forked.")

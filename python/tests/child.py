@@ -45,6 +45,18 @@ def holder(name):
         tensor.sum()  # keep using it
 
 
+def waiting_reader(name):
+    """Waits in Reader(wait_for_channel=600) for a channel nobody creates, until SIGINT."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    print("waiting", flush=True)
+    try:
+        ipcring.Reader(name, wait_for_channel=600)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        return
+    print("attach returned", flush=True)
+
+
 def blocked_reader(name):
     """Blocks in read() with no timeout until SIGINT; reports when KeyboardInterrupt arrived."""
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -183,3 +183,76 @@ def test_ctrl_c_interrupts_a_blocked_read(channel):
                 child.communicate()
     assert rc == 0, err
     assert latency < 0.5, "KeyboardInterrupt took %.3f s" % latency
+
+
+def test_reader_started_before_its_producer_waits_for_the_channel(channel):
+    """Reader(name, wait_for_channel=S) attaches once a producer (another process, started after
+    the reader began waiting) creates the channel, and reads that producer's frames."""
+    import threading
+    with pytest.raises(ipcring.NotFound):
+        ipcring.Reader(channel)  # nothing there yet: the default fails at once
+    procs = []
+    starting = threading.Event()
+
+    def start_producer():
+        starting.set()
+        procs.append(ringtest.spawn_child("producer", channel, 8, 2, 1, FRAME_BYTES, 400, 200,
+                                          stdin=subprocess.PIPE))
+
+    timer = threading.Timer(0.3, start_producer)  # runs while Reader() waits without the GIL
+    timer.start()
+    try:
+        with ipcring.Reader(channel, policy="sequential", wait_for_channel=60) as reader:
+            assert starting.is_set(), "attach returned before the producer was started"
+            read_tensors_and_verify(reader, 5)
+    finally:
+        timer.join()
+        for proc in procs:
+            proc.stdin.close()
+            finish(proc)
+    assert procs[0].returncode == 0
+
+
+def test_ctrl_c_interrupts_wait_for_channel(channel):
+    child = ringtest.spawn_child("waiting_reader", channel)
+    try:
+        ringtest.expect_line(child, "waiting")
+        time.sleep(0.3)  # inside Reader(): it would wait 600 s for a channel nobody creates
+        assert child.poll() is None
+        child.send_signal(signal.SIGINT)
+        ringtest.expect_line(child, "interrupted", timeout=30)
+        rc, out, err = finish(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert rc == 0, err
+
+
+def test_wait_for_channel_runs_out_with_not_found_naming_the_wait(channel):
+    with pytest.raises(ipcring.NotFound) as info:
+        ipcring.Reader(channel, wait_for_channel=0.05)
+    assert channel in str(info.value) and "waited" in str(info.value)
+    assert "wait_for_channel" in str(info.value)
+    with pytest.raises(ipcring.InvalidArgument):
+        ipcring.Reader(channel, wait_for_channel=-1)
+
+
+def test_defaults_satisfy_the_sizing_rule(channel):
+    with ipcring.Producer(channel, frame_bytes=4096) as p:
+        assert p.slots >= p.max_readers * p.max_held + 2
+        readers = [ipcring.Reader(channel) for _ in range(p.max_readers)]
+        held = []
+        for _ in range(4 * p.slots):  # every reader holds what it may; loan never fails
+            with p.loan(timeout=0) as loan:
+                p.publish(loan, 64)
+            for r in readers:
+                if r.held < r.max_held:
+                    f = r.try_read()
+                    if f is not None:
+                        held.append(f)
+        assert len(held) == p.max_readers * p.max_held
+        for f in held:
+            f.release()
+        for r in readers:
+            r.close()

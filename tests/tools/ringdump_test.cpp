@@ -240,6 +240,10 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
   }
 
   SUBCASE("colour and redrawing only on a terminal, and never with NO_COLOR") {
+    if (const auto reason = test::no_terminal_reason()) {
+      MESSAGE("skipped: no pseudo-terminal can be had here (" << *reason << ")");
+      return;
+    }
     const std::vector<std::string> show = {RINGDUMP_PATH, "show", ch.name(), "--rate-window-ms",
                                            "0"};
     const ToolResult coloured = test::run_on_terminal(show);
@@ -249,6 +253,11 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
     CHECK(plain.rc == 0);
     CHECK(plain.out.find("alive") != std::string::npos);
     CHECK(plain.out.find("\x1b[") == std::string::npos);
+    const ToolResult dumb =
+        test::run_on_terminal(show, {"TERM=dumb"});  // a terminal without colour
+    CHECK(dumb.rc == 0);
+    CHECK(dumb.out.find("alive") != std::string::npos);
+    CHECK(dumb.out.find("\x1b[") == std::string::npos);
     const ToolResult json = test::run_on_terminal({RINGDUMP_PATH, "show", ch.name(), "--json"});
     CHECK(json.out.find("\x1b[") == std::string::npos);
     const ToolResult watch = test::run_on_terminal(

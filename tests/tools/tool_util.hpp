@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -99,21 +100,49 @@ inline ToolResult run_tool(const std::vector<std::string>& argv,
   return r;
 }
 
+inline std::string errno_text() {
+  return std::error_code(errno, std::generic_category()).message();
+}
+
+// Why no pseudo-terminal can be had here (no /dev/ptmx, no devpts mounted, ...), or nullopt when
+// one can. Tests of terminal-only behaviour report themselves skipped with this reason.
+inline std::optional<std::string> no_terminal_reason() {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return std::string("posix_openpt: ") + errno_text();
+  std::optional<std::string> reason;
+  char slave_name[128];
+  if (grantpt(master) != 0 || unlockpt(master) != 0 ||
+      ptsname_r(master, slave_name, sizeof slave_name) != 0) {
+    reason = std::string("grantpt/unlockpt/ptsname: ") + errno_text();
+  } else {
+    const int slave = open(slave_name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave < 0) {
+      reason = std::string("open ") + slave_name + ": " + errno_text();
+    } else {
+      close(slave);
+    }
+  }
+  close(master);
+  return reason;
+}
+
 // Runs `argv` on a pseudo-terminal (stdout and stderr both), with `env` added to the environment
 // ("NAME=value"), and returns what it wrote. For checks of terminal-only behaviour (colour,
-// redrawing in place).
+// redrawing in place). TERM is xterm unless `env` sets it: the caller's TERM (dumb under CI, or
+// none) says nothing about the terminal made here. Throws when no pseudo-terminal can be had
+// (check no_terminal_reason() first).
 inline ToolResult run_on_terminal(const std::vector<std::string>& argv,
                                   const std::vector<std::string>& env = {},
                                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   ToolResult r;
   int master = -1;
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  if (pid < 0) throw std::runtime_error("forkpty failed");
+  if (pid < 0) throw std::runtime_error(std::string("forkpty failed: ") + errno_text());
   if (pid == 0) {
     // The forked child is single-threaded: the environment is ours to change.
     // NOLINTBEGIN(concurrency-mt-unsafe)
+    setenv("TERM", "xterm", 1);
     for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
-    if (std::getenv("TERM") == nullptr) setenv("TERM", "xterm", 1);
     // NOLINTEND(concurrency-mt-unsafe)
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -1,0 +1,527 @@
+// bridge_test.cpp — ringbridge over loopback: ringpub A -> ringbridge export -> DDS ->
+// ringbridge import -> channel B -> ringsub B, as separate processes (bridge_util.hpp), and the
+// sample checks of wire.hpp driven directly.
+//
+// Every bridge runs with --interface lo and without CYCLONEDDS_URI (its own configuration), in a
+// DDS domain of its own (from the test's pid), on topics and channels named after the test's pid:
+// runs of the suite in several build trees at once do not see each other.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bridge_util.hpp"
+#include "dds.hpp"
+#include "ipcring/ipcring.hpp"
+#include "pattern.hpp"
+#include "wire.hpp"
+
+using namespace std::chrono_literals;
+using ipcring::test::field;
+using ipcring::test::Proc;
+using ipcring::test::wait_until;
+
+namespace {
+
+struct Names {
+  std::string dir;
+  std::string a;
+  std::string b;
+  std::string topic;
+  std::string domain;
+
+  explicit Names(const std::string& test) {
+    char tmpl[] = "/tmp/ipcring-bridge-XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    dir = d;
+    const std::string base = "brt" + std::to_string(getpid()) + test;
+    a = base + "A";
+    b = base + "B";
+    topic = base + "t";
+    domain = std::to_string(1 + getpid() % 100);
+  }
+  Names(const Names&) = delete;
+  Names& operator=(const Names&) = delete;
+  ~Names() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string log(const std::string& what) const { return dir + "/" + what; }
+};
+
+std::vector<std::string> export_args(const Names& n, std::vector<std::string> extra = {}) {
+  std::vector<std::string> v{RINGBRIDGE_PATH, "export", n.a,           "--topic", n.topic,
+                             "--domain",      n.domain, "--interface", "lo"};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+std::vector<std::string> import_args(const Names& n, std::vector<std::string> extra = {}) {
+  std::vector<std::string> v{RINGBRIDGE_PATH, "import", n.topic,       "--channel", n.b,
+                             "--domain",      n.domain, "--interface", "lo"};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+std::vector<std::string> ringsub_args(const Names& n) {
+  return {RINGSUB_PATH,        n.b,      "--policy", "sequential",
+          "--origin-sequence", "--wait", "30",       "--quiet"};
+}
+
+std::vector<std::string> ringpub_args(const Names& n, const std::string& bytes,
+                                      std::vector<std::string> extra) {
+  std::vector<std::string> v{RINGPUB_PATH, n.a, "--frame-bytes", bytes};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+// The C subscriber is a plain Cyclone DDS program: loopback through CYCLONEDDS_URI.
+const std::vector<std::string> kLoopbackEnv{
+    "CYCLONEDDS_URI=<General><Interfaces><NetworkInterface name=\"lo\"/></Interfaces></General>"};
+
+bool listed(const std::string& name) {
+  for (const auto& c : ipcring::list_channels()) {
+    if (c == name) return true;
+  }
+  return false;
+}
+
+// Producer fields of channel `name` (0 when it cannot be inspected).
+std::uint64_t published(const std::string& name) {
+  try {
+    return ipcring::inspect(name).producer.published;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// True when every live reader of `name` has read up to the channel's head.
+bool readers_caught_up(const std::string& name) {
+  try {
+    const auto s = ipcring::inspect(name);
+    for (const auto& r : s.readers) {
+      if (r.alive && r.last_sequence < s.producer.head) return false;
+    }
+    return true;
+  } catch (const std::exception&) {
+    return true;  // gone
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reliable: every frame the export reads arrives in B with its pattern intact") {
+  Names n("rel");
+  // Sequential readers on both sides: 32 slots give each a few hundred ms of slack on a loaded
+  // machine before an overrun would show up as a gap.
+  Proc imp(import_args(n, {"--frame-bytes", "65536", "--slots", "32"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc sub(ringsub_args(n), n.log("ringsub"));
+  Proc exp(export_args(n), n.log("export"));
+  // Publisher and subscriber matched and the export is waiting for A: start the producer now,
+  // so that the export misses as few of its first frames as possible (it attaches by polling).
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  REQUIRE_MESSAGE(exp.wait_for_output("waiting for the channel", true, 10s), exp.describe());
+  Proc pub(ringpub_args(n, "65536", {"--rate", "200", "--count", "400", "--slots", "32"}),
+           n.log("ringpub"));
+
+  // While it runs: the export never holds more frames of A than A's max_held.
+  std::uint64_t samples = 0;
+  while (!pub.exited() && samples < 400) {
+    try {
+      const auto s = ipcring::inspect(n.a);
+      for (const auto& r : s.readers) CHECK(r.held_slots.size() <= s.max_held);
+      ++samples;
+    } catch (const std::exception&) {
+      // not created yet, or already gone
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
+  CHECK(samples > 0);
+  // Drain: everything exported is published into B and read by ringsub before B goes away.
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::string eout = exp.out();
+  const std::uint64_t sent = field(eout, "sent");
+  INFO(exp.describe());
+  REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
+  REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());  // rc 0: no corrupt frame
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  const std::string iout = imp.out();
+  const std::string sout = sub.out();
+  INFO(imp.describe());
+  INFO(sub.describe());
+  INFO(pub.describe());
+  CHECK(sent > 200);  // all but those published before the export attached (it polls)
+  CHECK(field(eout, "overruns") == 0);
+  CHECK(field(eout, "write_errors") == 0);
+  CHECK(field(iout, "published") == sent);
+  CHECK(field(iout, "lost") == 0);
+  CHECK(field(iout, "too_large") == 0);
+  CHECK(field(iout, "bad") == 0);
+  CHECK(field(sout, "frames") == sent);
+  CHECK(field(sout, "corrupt") == 0);
+  CHECK(field(sout, "origin_gaps") == 0);
+  CHECK(field(sout, "last_sequence") <= 400);
+}
+
+TEST_CASE("bridge killed and restarted mid-stream resumes; producer restart is followed") {
+  Names n("rst");
+  auto imp = std::make_unique<Proc>(import_args(n, {"--frame-bytes", "16384"}), n.log("import1"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp->describe());
+  Proc sub(ringsub_args(n), n.log("ringsub"));
+  auto exp = std::make_unique<Proc>(export_args(n), n.log("export1"));
+  REQUIRE_MESSAGE(exp->wait_for_output("1 subscriber(s) matched", true, 30s), exp->describe());
+  auto pub = std::make_unique<Proc>(ringpub_args(n, "16384", {"--rate", "200"}), n.log("pub1"));
+  const auto b_grows_by = [&](std::uint64_t k) {
+    const std::uint64_t start = published(n.b);
+    return wait_until([&] { return published(n.b) >= start + k; }, 30s);
+  };
+  REQUIRE_MESSAGE(b_grows_by(100), (exp->describe() + imp->describe()));
+
+  // 1. The export dies (SIGKILL) and a new one starts: B gets A's frames again.
+  exp->kill9();
+  exp = std::make_unique<Proc>(export_args(n), n.log("export2"));
+  REQUIRE_MESSAGE(b_grows_by(100), (exp->describe() + imp->describe()));
+
+  // 2. The import dies (SIGKILL, B's producer gone); a new one takes B over (new epoch) and
+  //    ringsub, still attached to B, reads on.
+  imp->kill9();
+  imp = std::make_unique<Proc>(import_args(n, {"--frame-bytes", "16384"}), n.log("import2"));
+  const std::uint64_t head_at_restart = ipcring::inspect(n.a).producer.head;
+  REQUIRE_MESSAGE(b_grows_by(100), (exp->describe() + imp->describe()));
+
+  // 3. A's producer dies and a new one takes A over: the export follows it.
+  pub->kill9();
+  pub = std::make_unique<Proc>(ringpub_args(n, "16384", {"--rate", "200", "--count", "200"}),
+                               n.log("pub2"));
+  REQUIRE_MESSAGE(pub->wait_exit(30s) == 0, pub->describe());
+  REQUIRE_MESSAGE(exp->terminate() == 0, exp->describe());
+  const std::uint64_t sent = field(exp->out(), "sent");
+  REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());
+  REQUIRE_MESSAGE(imp->terminate() == 0, imp->describe());
+  const std::string sout = sub.out();
+  INFO(exp->describe());
+  INFO(imp->describe());
+  INFO(sub.describe());
+  CHECK(field(exp->out(), "producer_gone") >= 1);  // A's producer died under it
+  CHECK(sent > 0);
+  CHECK(field(imp->out(), "source_restarts") >= 1);  // frames of A's second epoch came through
+  CHECK(field(sout, "corrupt") == 0);
+  CHECK(field(sout, "producer_gone") >= 1);  // B's first producer died under ringsub
+  // Frames made after the last bridge restart reached ringsub: the stream resumed.
+  CHECK(field(sout, "last_sequence") > head_at_restart + 100);
+}
+
+TEST_CASE("a producer that closes its channel and creates it again at once is followed") {
+  Names n("cln");
+  Proc imp(import_args(n, {"--frame-bytes", "4096"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc exp(export_args(n), n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub1(ringpub_args(n, "4096", {"--rate", "200", "--count", "100"}), n.log("pub1"));
+  REQUIRE_MESSAGE(pub1.wait_exit(30s) == 0, pub1.describe());
+  // The same name again, right away: a new channel (new creation time, sequences from 1).
+  Proc pub2(ringpub_args(n, "4096", {"--rate", "200", "--count", "300"}), n.log("pub2"));
+  REQUIRE_MESSAGE(pub2.wait_exit(30s) == 0, pub2.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::uint64_t sent = field(exp.out(), "sent");
+  REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(exp.describe());
+  INFO(imp.describe());
+  CHECK(field(exp.out(), "reattached") >= 1);
+  CHECK(sent > 150);  // the second channel's frames went out too
+  CHECK(field(imp.out(), "published") == sent);
+  CHECK(field(imp.out(), "source_restarts") >= 1);  // its sequence numbers started again
+}
+
+TEST_CASE("samples larger than the channel's frames are counted and dropped") {
+  Names n("big");
+  Proc imp(import_args(n, {"--frame-bytes", "4096"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc exp(export_args(n), n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub(ringpub_args(n, "8192", {"--rate", "200", "--count", "100"}), n.log("ringpub"));
+  REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::uint64_t sent = field(exp.out(), "sent");
+  const auto drops = [&] {
+    const std::string e = imp.err();
+    std::uint64_t k = 0;
+    for (auto p = e.find("too_large"); p != std::string::npos; p = e.find("too_large", p + 1)) ++k;
+    return k;
+  };
+  REQUIRE(wait_until([&] { return drops() >= sent; }, 20s));  // reliable: all of them arrive
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(exp.describe());
+  INFO(imp.describe());
+  CHECK(sent > 0);
+  CHECK(field(imp.out(), "too_large") == sent);
+  CHECK(field(imp.out(), "published") == 0);
+}
+
+TEST_CASE("--ros2: a C subscriber of sensor_msgs/msg/Image decodes the exported frames") {
+  Names n("ros");
+  constexpr int kWidth = 64;
+  constexpr int kHeight = 48;  // rgb8: 9216 bytes, a multiple of ringpub's 8-byte words
+  Proc csub({ROS2_IMAGE_SUB_PATH, "rt/" + n.topic, "20", "60", n.domain, std::to_string(kWidth),
+             std::to_string(kHeight), "rgb8", "camera_optical"},
+            n.log("csub"), kLoopbackEnv);
+  REQUIRE_MESSAGE(csub.wait_for_output("subscribed", false, 20s), csub.describe());
+  Proc exp(export_args(
+               n, {"--ros2", "--width", std::to_string(kWidth), "--height", std::to_string(kHeight),
+                   "--encoding", "rgb8", "--frame-id", "camera_optical"}),
+           n.log("export"));
+  // The C program has two readers (typed, and serialised for the hand decoding).
+  REQUIRE_MESSAGE(exp.wait_for_output("2 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub(ringpub_args(n, std::to_string(kWidth * kHeight * 3), {"--rate", "100"}),
+           n.log("ringpub"));
+  const int rc = csub.wait_exit(60s);
+  INFO(csub.describe());
+  INFO(exp.describe());
+  CHECK(rc == 0);
+  const std::string out = csub.out();
+  CHECK(out.find("images good=20 bad=0; hand-decoded CDR good=") != std::string::npos);
+  CHECK(out.find("CDR good=0") == std::string::npos);
+  CHECK(out.find(" bad=0\n") != std::string::npos);
+  CHECK(out.find("cdr ") != std::string::npos);
+  CHECK(out.find("image width=64 height=48 encoding=rgb8 step=192 is_bigendian=0 "
+                 "frame_id=camera_optical") != std::string::npos);
+  CHECK(pub.terminate() == 0);
+  CHECK(exp.terminate() == 0);
+  CHECK(field(exp.out(), "not_image") == 0);
+}
+
+TEST_CASE("--ros2 both ways: images exported and imported arrive intact in B") {
+  Names n("r2r");
+  // ROS 2's reliable profile is keep-last: a depth above the frame count keeps every frame.
+  Proc imp(import_args(n, {"--ros2", "--reliable", "--depth", "256", "--frame-bytes", "9216"}),
+           n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  Proc sub(ringsub_args(n), n.log("ringsub"));
+  Proc exp(export_args(n, {"--ros2", "--reliable", "--depth", "256", "--width", "64", "--height",
+                           "48", "--encoding", "rgb8"}),
+           n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub(ringpub_args(n, "9216", {"--rate", "200", "--count", "200"}), n.log("ringpub"));
+  REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  const std::uint64_t sent = field(exp.out(), "sent");
+  REQUIRE(wait_until([&] { return published(n.b) >= sent; }, 20s));
+  REQUIRE(wait_until([&] { return readers_caught_up(n.b); }, 20s));
+  REQUIRE_MESSAGE(sub.terminate() == 0, sub.describe());
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(exp.describe());
+  INFO(imp.describe());
+  INFO(sub.describe());
+  CHECK(sent > 0);
+  CHECK(field(imp.out(), "published") == sent);
+  CHECK(field(imp.out(), "bad") == 0);
+  CHECK(field(sub.out(), "frames") == sent);
+  CHECK(field(sub.out(), "corrupt") == 0);
+}
+
+TEST_CASE("--ros2: frames that are not image-shaped are counted, not sent") {
+  Names n("nim");
+  Proc csub({ROS2_IMAGE_SUB_PATH, "rt/" + n.topic, "1", "60", n.domain, "64", "48", "rgb8", "x"},
+            n.log("csub"), kLoopbackEnv);
+  REQUIRE_MESSAGE(csub.wait_for_output("subscribed", false, 20s), csub.describe());
+  Proc exp(export_args(n, {"--ros2", "--width", "64", "--height", "48", "--encoding", "rgb8"}),
+           n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("2 subscriber(s) matched", true, 30s), exp.describe());
+  Proc pub(ringpub_args(n, "4096", {"--rate", "200", "--count", "50"}), n.log("ringpub"));
+  REQUIRE_MESSAGE(pub.wait_exit(30s) == 0, pub.describe());
+  REQUIRE_MESSAGE(exp.terminate() == 0, exp.describe());
+  INFO(exp.describe());
+  INFO(csub.describe());
+  CHECK(csub.out().find("image width") == std::string::npos);  // got nothing
+  csub.kill9();
+  CHECK(field(exp.out(), "sent") == 0);
+  CHECK(field(exp.out(), "not_image") == field(exp.out(), "read"));
+  CHECK(field(exp.out(), "read") > 0);
+}
+
+TEST_CASE("import: malformed and oversized samples written straight to DDS are counted") {
+  // A hostile or buggy writer of the ipcring frame type, in this process.
+  Names n("hst");
+  Proc imp(import_args(n, {"--frame-bytes", "1024"}), n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  const auto domain = static_cast<dds_domainid_t>(std::stoul(n.domain));
+  const std::string config = ipcring::bridge::default_cyclone_config("lo");
+  ipcring::bridge::Entity dom(dds_create_domain(domain, config.c_str()));
+  REQUIRE(dom.get() > 0);
+  ipcring::bridge::Entity pp(dds_create_participant(domain, nullptr, nullptr));
+  REQUIRE(pp.get() > 0);
+  ipcring::bridge::DdsOptions o;
+  o.keep_all = true;
+  dds_qos_t* qos = ipcring::bridge::make_qos(o);
+  const dds_entity_t topic =
+      dds_create_topic(pp.get(), &ipcring_bridge_Frame_desc, n.topic.c_str(), nullptr, nullptr);
+  const dds_entity_t writer = dds_create_writer(pp.get(), topic, qos, nullptr);
+  dds_delete_qos(qos);
+  REQUIRE(writer > 0);
+  REQUIRE(wait_until(
+      [&] {
+        dds_publication_matched_status_t st{};
+        return dds_get_publication_matched_status(writer, &st) >= 0 && st.current_count == 1;
+      },
+      30s));
+  std::vector<std::uint8_t> payload(2048);
+  ipcring::pattern::fill(reinterpret_cast<std::byte*>(payload.data()), payload.size(), 1);
+  ipcring_bridge_Frame s{};
+  std::strcpy(s.channel, "hostile");
+  s.producer_epoch = 1;
+  s.data._buffer = payload.data();
+  s.data._release = false;
+  // 1. a tensor description with 9 dimensions
+  s.sequence_number = 1;
+  s.has_tensor = true;
+  s.tensor.ndim = 9;
+  s.data._length = s.data._maximum = 512;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  // 2. a payload larger than the channel's frames
+  s.sequence_number = 2;
+  s.has_tensor = false;
+  s.tensor.ndim = 0;
+  s.data._length = s.data._maximum = 2048;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  // 3. a good one
+  s.sequence_number = 3;
+  s.data._length = s.data._maximum = 1024;
+  CHECK(dds_write(writer, &s) == DDS_RETCODE_OK);
+  REQUIRE(wait_until([&] { return published(n.b) >= 1; }, 20s));
+  std::this_thread::sleep_for(200ms);
+  REQUIRE_MESSAGE(imp.terminate() == 0, imp.describe());
+  INFO(imp.describe());
+  const std::string out = imp.out();
+  CHECK(field(out, "received") == 3);
+  CHECK(field(out, "bad") == 1);
+  CHECK(field(out, "too_large") == 1);
+  CHECK(field(out, "published") == 1);
+}
+
+TEST_CASE("usage errors exit 2, --version 0, a missing channel with --wait exits 1") {
+  Names n("use");
+  Proc v({RINGBRIDGE_PATH, "--version"}, n.log("version"));
+  CHECK(v.wait_exit(20s) == 0);
+  CHECK(v.out().find("ringbridge ") == 0);
+  Proc none({RINGBRIDGE_PATH}, n.log("none"));
+  CHECK(none.wait_exit(20s) == 2);
+  Proc both({RINGBRIDGE_PATH, "export", n.a, "--reliable", "--best-effort"}, n.log("both"));
+  CHECK(both.wait_exit(20s) == 2);
+  Proc noshape({RINGBRIDGE_PATH, "export", n.a, "--ros2"}, n.log("noshape"));
+  CHECK(noshape.wait_exit(20s) == 2);
+  Proc gone(export_args(n, {"--wait", "0.3"}), n.log("gone"));
+  CHECK(gone.wait_exit(20s) == 1);
+  CHECK(gone.err().find(n.a) != std::string::npos);
+}
+
+// ---- the sample checks, without DDS traffic -----------------------------------------------------
+
+TEST_CASE("check_frame_sample: oversized and malformed samples are refused") {
+  using namespace ipcring::bridge;
+  std::vector<std::uint8_t> data(100, 7);
+  std::vector<std::uint8_t> meta(80, 1);
+  ipcring_bridge_Frame s{};
+  s.data._buffer = data.data();
+  s.data._length = 100;
+  CHECK(check_frame_sample(s, 100) == Verdict::ok);
+  CHECK(check_frame_sample(s, 99) == Verdict::too_large);
+  s.metadata._buffer = meta.data();
+  s.metadata._length = 65;
+  CHECK(check_frame_sample(s, 100) == Verdict::bad_metadata);
+  s.metadata._length = 64;
+  CHECK(check_frame_sample(s, 100) == Verdict::ok);
+  s.has_tensor = true;
+  s.tensor.ndim = 9;
+  CHECK(check_frame_sample(s, 100) == Verdict::bad_tensor);
+  s.tensor.ndim = 8;
+  CHECK(check_frame_sample(s, 100) == Verdict::ok);
+  s.data._buffer = nullptr;
+  CHECK(check_frame_sample(s, 100) == Verdict::bad_shape);
+}
+
+TEST_CASE("check_image_sample: step, height and data length must agree") {
+  using namespace ipcring::bridge;
+  std::vector<std::uint8_t> data(std::size_t{4} * 3 * 2, 0);
+  char enc[] = "rgb8";
+  sensor_msgs_msg_dds__Image_ m{};
+  m.width = 4;
+  m.height = 2;
+  m.step = 12;
+  m.encoding = enc;
+  m.data._buffer = data.data();
+  m.data._length = 24;
+  CHECK(check_image_sample(m, 24) == Verdict::ok);
+  CHECK(check_image_sample(m, 23) == Verdict::too_large);
+  m.step = 13;  // step * height != length
+  CHECK(check_image_sample(m, 100) == Verdict::bad_shape);
+  m.step = 6;
+  m.height = 4;  // 6 * 4 == 24, but a row of 4 rgb8 pixels needs 12 bytes
+  CHECK(check_image_sample(m, 100) == Verdict::bad_shape);
+  m.height = 0xffffffffu;  // step * height overflows 32 bits: still refused
+  m.step = 0x10000u;
+  CHECK(check_image_sample(m, 100) == Verdict::bad_shape);
+}
+
+TEST_CASE("fill_image_sample: only frames of exactly height * width * bytes per pixel") {
+  using namespace ipcring::bridge;
+  std::vector<std::byte> bytes(std::size_t{64} * 48 * 3);
+  FrameView f{bytes, {}, 5, 1, 123};
+  ImageFormat fmt{"rgb8", 64, 48};
+  const std::string id = "cam";
+  sensor_msgs_msg_dds__Image_ m{};
+  REQUIRE(fill_image_sample(m, f, fmt, id, 1'700'000'000'123'456'789ULL) == Verdict::ok);
+  CHECK(m.step == 192);
+  CHECK(m.data._length == bytes.size());
+  CHECK(m.header.stamp.sec == 1'700'000'000);
+  CHECK(m.header.stamp.nanosec == 123'456'789u);
+  CHECK(std::strcmp(m.encoding, "rgb8") == 0);
+  FrameView shorter{std::span<const std::byte>(bytes).first(bytes.size() - 1), {}, 5, 1, 123};
+  CHECK(fill_image_sample(m, shorter, fmt, id, 1) == Verdict::not_image);
+  ImageFormat unknown{"yuv422", 64, 48};
+  CHECK(fill_image_sample(m, f, unknown, id, 1) == Verdict::not_image);
+}
+
+TEST_CASE("fill_frame_sample carries sequence, epoch, time and metadata") {
+  using namespace ipcring::bridge;
+  std::vector<std::byte> bytes(32, std::byte{3});
+  std::vector<std::byte> meta(10, std::byte{9});
+  FrameView f{bytes, meta, 42, 7, 555};
+  ipcring_bridge_Frame s{};
+  fill_frame_sample(s, f, "camera", 999);
+  CHECK(std::string(s.channel) == "camera");
+  CHECK(s.sequence_number == 42);
+  CHECK(s.producer_epoch == 7);
+  CHECK(s.publish_time_ns == 555);
+  CHECK(s.send_realtime_ns == 999);
+  CHECK(s.data._length == 32);
+  CHECK(s.metadata._length == 10);
+  CHECK_FALSE(s.has_tensor);
+  CHECK(s.capture_time_ns == 0);
+  CHECK(check_frame_sample(s, 32) == Verdict::ok);
+}
+
+TEST_CASE("pattern::origin_sequence inverts the payload pattern") {
+  std::vector<std::byte> frame(64);
+  for (const std::uint64_t seq : {1ULL, 2ULL, 1000ULL, 0xfedcba9876543210ULL}) {
+    ipcring::pattern::fill(frame.data(), frame.size(), seq);
+    std::uint64_t got = 0;
+    REQUIRE(ipcring::pattern::origin_sequence(frame.data(), frame.size(), got));
+    CHECK(got == seq);
+  }
+  std::uint64_t got = 0;
+  CHECK_FALSE(ipcring::pattern::origin_sequence(frame.data(), 7, got));
+}

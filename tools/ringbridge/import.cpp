@@ -1,0 +1,217 @@
+// import.cpp — ringbridge import: take DDS samples, publish each valid one into a local channel.
+//
+// The bridge is the channel's producer, like any other: local readers attach by name and read
+// the frames zero-copy. Each sample is checked (wire.hpp) before anything is loaned: a sample
+// larger than the channel's frames, or with impossible metadata or tensor fields, is counted and
+// dropped. Cyclone deserialises each sample into memory it lends us (dds_take with loans); the
+// bridge copies it once more, into the channel's loan.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <span>
+
+#include "bridge.hpp"
+#include "ipcring/ipcring.hpp"
+#include "signals.hpp"
+
+namespace ipcring::bridge {
+namespace {
+
+using namespace std::chrono;
+
+constexpr std::uint32_t kTakeBatch = 16;
+
+struct ImportStats {
+  std::uint64_t received = 0;       // valid samples taken
+  std::uint64_t published = 0;      // frames published into the channel
+  std::uint64_t lost = 0;           // gaps in the sender's sequence numbers (ipcring type)
+  std::uint64_t dds_lost = 0;       // samples Cyclone reports lost (SAMPLE_LOST status)
+  std::uint64_t too_large = 0;      // larger than the channel's frame_bytes
+  std::uint64_t bad = 0;            // bad metadata, tensor or image shape
+  std::uint64_t loan_failures = 0;  // no free slot within 100 ms (readers hold every frame)
+  std::uint64_t publish_errors = 0;
+  std::uint64_t source_restarts = 0;  // the sender's epoch changed or its sequence went back
+};
+
+class Importer {
+ public:
+  explicit Importer(const ImportOptions& o) : o_(o), dds_topic_(dds_topic_name(o.topic, o.ros2)) {}
+
+  int run() {
+    configure_cyclone(o_.dds.interface_name);
+    try {
+      producer_.emplace(Producer::create(o_.channel, o_.channel_config));
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ringbridge import: %s [%s]\n", e.what(), to_string(e.code()));
+      return 1;
+    }
+    participant_ = Entity(check(dds_create_participant(o_.dds.domain, nullptr, nullptr),
+                                "dds_create_participant", dds_topic_));
+    dds_qos_t* qos = make_qos(o_.dds);
+    const dds_topic_descriptor_t* desc =
+        o_.ros2 ? &sensor_msgs_msg_dds__Image__desc : &ipcring_bridge_Frame_desc;
+    const dds_entity_t topic =
+        dds_create_topic(participant_.get(), desc, dds_topic_.c_str(), nullptr, nullptr);
+    const dds_entity_t reader = dds_create_reader(participant_.get(), topic, qos, nullptr);
+    dds_delete_qos(qos);
+    check(topic, "dds_create_topic", dds_topic_);
+    reader_ = check(reader, "dds_create_reader", dds_topic_);
+    const dds_entity_t waitset =
+        check(dds_create_waitset(participant_.get()), "dds_create_waitset", dds_topic_);
+    const dds_entity_t cond = check(dds_create_readcondition(reader_, DDS_ANY_STATE),
+                                    "dds_create_readcondition", dds_topic_);
+    check(dds_waitset_attach(waitset, cond, 0), "dds_waitset_attach", dds_topic_);
+    if (!o_.quiet) {
+      std::fprintf(stderr,
+                   "ringbridge import %s: reading DDS topic '%s' (%s), domain %u; channel %s: "
+                   "%u slots of %zu bytes\n",
+                   o_.topic.c_str(), dds_topic_.c_str(),
+                   o_.dds.reliability == Reliability::reliable ? "reliable" : "best-effort",
+                   o_.dds.domain, o_.channel.c_str(), o_.channel_config.slots,
+                   o_.channel_config.frame_bytes);
+    }
+    start_ = steady_clock::now();
+    while (!tools::stop_requested() && (o_.count == 0 || stats_.published < o_.count)) {
+      dds_waitset_wait(waitset, nullptr, 0, DDS_MSECS(100));
+      poll_status();
+      take_batch();
+    }
+    return summary(0);
+  }
+
+ private:
+  void take_batch() {
+    void* samples[kTakeBatch] = {};
+    dds_sample_info_t infos[kTakeBatch];
+    const dds_return_t n = dds_take(reader_, samples, infos, kTakeBatch, kTakeBatch);
+    if (n <= 0) return;
+    for (dds_return_t i = 0; i < n; ++i) {
+      if (!infos[i].valid_data) continue;  // a dispose or unregister: no payload
+      ++stats_.received;
+      if (o_.ros2) {
+        handle_image(*static_cast<const sensor_msgs_msg_dds__Image_*>(samples[i]));
+      } else {
+        handle_frame(*static_cast<const ipcring_bridge_Frame*>(samples[i]));
+      }
+    }
+    dds_return_loan(reader_, samples, n);
+  }
+
+  void count_drop(Verdict v, std::uint64_t sequence, std::size_t bytes) {
+    if (v == Verdict::too_large) {
+      ++stats_.too_large;
+    } else {
+      ++stats_.bad;
+    }
+    if (dropped_++ == 0 || !o_.quiet) {
+      std::fprintf(stderr,
+                   "ringbridge import %s: dropped sample %llu (%zu bytes) for channel %s "
+                   "(frame_bytes %zu): %s\n",
+                   o_.topic.c_str(), static_cast<unsigned long long>(sequence), bytes,
+                   o_.channel.c_str(), o_.channel_config.frame_bytes, to_string(v));
+    }
+  }
+
+  void handle_frame(const ipcring_bridge_Frame& s) {
+    const Verdict v = check_frame_sample(s, o_.channel_config.frame_bytes);
+    if (v != Verdict::ok) {
+      count_drop(v, s.sequence_number, s.data._length);
+      return;
+    }
+    // Gaps in the sender's sequence (same epoch): frames lost on the way (best effort) or
+    // overwritten in the sending channel before the exporter read them.
+    if (have_last_ && s.producer_epoch == last_epoch_ && s.sequence_number > last_sequence_) {
+      stats_.lost += s.sequence_number - last_sequence_ - 1;
+    } else if (have_last_) {
+      ++stats_.source_restarts;
+    }
+    have_last_ = true;
+    last_epoch_ = s.producer_epoch;
+    last_sequence_ = s.sequence_number;
+    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length},
+            {reinterpret_cast<const std::byte*>(s.metadata._buffer), s.metadata._length});
+  }
+
+  void handle_image(const sensor_msgs_msg_dds__Image_& s) {
+    const Verdict v = check_image_sample(s, o_.channel_config.frame_bytes);
+    if (v != Verdict::ok) {
+      count_drop(v, stats_.received, s.data._length);
+      return;
+    }
+    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length}, {});
+  }
+
+  void publish(std::span<const std::byte> data, std::span<const std::byte> metadata) {
+    auto loan = producer_->loan(milliseconds(100));
+    if (!loan) {
+      ++stats_.loan_failures;
+      return;
+    }
+    if (!data.empty()) std::memcpy(loan->data(), data.data(), data.size());
+    if (!metadata.empty()) loan->set_metadata(metadata);
+    try {
+      producer_->publish(std::move(*loan), data.size());
+      ++stats_.published;
+    } catch (const std::exception& e) {
+      if (stats_.publish_errors++ == 0) {
+        std::fprintf(stderr, "ringbridge import %s: publish into %s failed: %s\n", o_.topic.c_str(),
+                     o_.channel.c_str(), e.what());
+      }
+    }
+  }
+
+  void poll_status() {
+    dds_subscription_matched_status_t m{};
+    if (dds_get_subscription_matched_status(reader_, &m) >= 0) {
+      if (m.current_count != matched_ && !o_.quiet) {
+        std::fprintf(stderr, "ringbridge import %s: %u publisher(s) matched\n", o_.topic.c_str(),
+                     m.current_count);
+      }
+      matched_ = m.current_count;
+    }
+    dds_sample_lost_status_t l{};
+    if (dds_get_sample_lost_status(reader_, &l) >= 0) stats_.dds_lost = l.total_count;
+  }
+
+  int summary(int rc) const {
+    const double secs = duration<double>(steady_clock::now() - start_).count();
+    std::printf(
+        "ringbridge import %s -> %s: received=%llu published=%llu lost=%llu dds_lost=%llu "
+        "too_large=%llu bad=%llu loan_failures=%llu publish_errors=%llu source_restarts=%llu "
+        "seconds=%.2f\n",
+        dds_topic_.c_str(), o_.channel.c_str(), static_cast<unsigned long long>(stats_.received),
+        static_cast<unsigned long long>(stats_.published),
+        static_cast<unsigned long long>(stats_.lost),
+        static_cast<unsigned long long>(stats_.dds_lost),
+        static_cast<unsigned long long>(stats_.too_large),
+        static_cast<unsigned long long>(stats_.bad),
+        static_cast<unsigned long long>(stats_.loan_failures),
+        static_cast<unsigned long long>(stats_.publish_errors),
+        static_cast<unsigned long long>(stats_.source_restarts), secs);
+    std::fflush(stdout);
+    return rc;
+  }
+
+  const ImportOptions& o_;
+  const std::string dds_topic_;
+  std::optional<Producer> producer_;
+  Entity participant_;
+  dds_entity_t reader_ = 0;
+  std::uint32_t matched_ = 0;
+  ImportStats stats_;
+  std::uint64_t dropped_ = 0;
+  bool have_last_ = false;
+  std::uint64_t last_epoch_ = 0;
+  std::uint64_t last_sequence_ = 0;
+  steady_clock::time_point start_;
+};
+
+}  // namespace
+
+int run_import(const ImportOptions& options) {
+  Importer i(options);
+  return i.run();
+}
+
+}  // namespace ipcring::bridge

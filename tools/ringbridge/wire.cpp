@@ -1,0 +1,103 @@
+// wire.cpp — sample filling and checking (see wire.hpp).
+#include "wire.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ipcring/frame.hpp"
+
+namespace ipcring::bridge {
+
+const char* to_string(Verdict v) noexcept {
+  switch (v) {
+    case Verdict::ok:
+      return "ok";
+    case Verdict::too_large:
+      return "too_large";
+    case Verdict::bad_metadata:
+      return "bad_metadata";
+    case Verdict::bad_tensor:
+      return "bad_tensor";
+    case Verdict::bad_shape:
+      return "bad_shape";
+    case Verdict::not_image:
+      return "not_image";
+  }
+  return "unknown";
+}
+
+std::optional<std::uint32_t> bytes_per_pixel(std::string_view e) noexcept {
+  if (e == "mono8" || e == "8UC1" || e == "bayer_rggb8" || e == "bayer_bggr8" ||
+      e == "bayer_gbrg8" || e == "bayer_grbg8") {
+    return 1;
+  }
+  if (e == "8UC2") return 2;
+  if (e == "rgb8" || e == "bgr8" || e == "8UC3") return 3;
+  if (e == "rgba8" || e == "bgra8" || e == "8UC4") return 4;
+  return std::nullopt;
+}
+
+namespace {
+// A sequence that borrows `bytes` (the sample never frees it: _release = false).
+void borrow(dds_sequence_octet& seq, std::span<const std::byte> bytes) noexcept {
+  seq._maximum = static_cast<std::uint32_t>(bytes.size());
+  seq._length = static_cast<std::uint32_t>(bytes.size());
+  // The DDS type has a non-const buffer; dds_write only reads it.
+  seq._buffer = const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(bytes.data()));
+  seq._release = false;
+}
+}  // namespace
+
+void fill_frame_sample(ipcring_bridge_Frame& s, const FrameView& f, std::string_view channel,
+                       std::uint64_t send_realtime_ns) noexcept {
+  const std::size_t n = std::min(channel.size(), sizeof s.channel - 1);
+  std::memcpy(s.channel, channel.data(), n);
+  s.channel[n] = '\0';
+  s.producer_epoch = f.epoch;
+  s.sequence_number = f.sequence;
+  s.publish_time_ns = f.publish_time_ns;
+  s.send_realtime_ns = send_realtime_ns;
+  s.capture_time_ns = 0;  // channels do not carry a capture time yet
+  s.has_tensor = false;   // nor a tensor description
+  s.tensor = ipcring_bridge_TensorDesc{};
+  borrow(s.metadata, f.metadata.subspan(0, std::min(f.metadata.size(), kMaxMetadataBytes)));
+  borrow(s.data, f.data);
+}
+
+Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& s, const FrameView& f,
+                          const ImageFormat& format, const std::string& frame_id,
+                          std::uint64_t stamp_realtime_ns) noexcept {
+  const auto bpp = bytes_per_pixel(format.encoding);
+  if (!bpp || format.width == 0 || format.height == 0) return Verdict::not_image;
+  const std::uint64_t step = std::uint64_t{format.width} * *bpp;
+  if (step > UINT32_MAX || step * format.height != f.data.size()) return Verdict::not_image;
+  s.header.stamp.sec = static_cast<std::int32_t>(stamp_realtime_ns / 1'000'000'000ULL);
+  s.header.stamp.nanosec = static_cast<std::uint32_t>(stamp_realtime_ns % 1'000'000'000ULL);
+  s.header.frame_id = const_cast<char*>(frame_id.c_str());  // read by dds_write only
+  s.height = format.height;
+  s.width = format.width;
+  s.encoding = const_cast<char*>(format.encoding.c_str());
+  s.is_bigendian = 0;  // 8-bit channels: byte order does not apply
+  s.step = static_cast<std::uint32_t>(step);
+  borrow(s.data, f.data);
+  return Verdict::ok;
+}
+
+Verdict check_frame_sample(const ipcring_bridge_Frame& s, std::size_t capacity) noexcept {
+  if (s.metadata._length > kMaxMetadataBytes) return Verdict::bad_metadata;
+  if (s.has_tensor && s.tensor.ndim > ipcring_bridge_kMaxDims) return Verdict::bad_tensor;
+  if (s.data._length > capacity) return Verdict::too_large;
+  if (s.data._length > 0 && s.data._buffer == nullptr) return Verdict::bad_shape;
+  return Verdict::ok;
+}
+
+Verdict check_image_sample(const sensor_msgs_msg_dds__Image_& s, std::size_t capacity) noexcept {
+  if (s.data._length > 0 && s.data._buffer == nullptr) return Verdict::bad_shape;
+  if (std::uint64_t{s.step} * s.height != s.data._length) return Verdict::bad_shape;
+  const auto bpp = bytes_per_pixel(s.encoding != nullptr ? s.encoding : "");
+  if (bpp && std::uint64_t{s.width} * *bpp > s.step) return Verdict::bad_shape;
+  if (s.data._length > capacity) return Verdict::too_large;
+  return Verdict::ok;
+}
+
+}  // namespace ipcring::bridge

@@ -1,0 +1,71 @@
+// wire.hpp — ipcring frames to DDS samples and back, and the checks a received sample must pass
+// before it is published into a channel. No DDS calls here: the tests drive these directly.
+//
+// Two wire types (idl/): ipcring::bridge::Frame carries everything a frame has (payload,
+// sequence, epoch, publish time, metadata; tensor description and capture time once channels
+// carry them), and ROS 2's sensor_msgs/msg/Image for image-shaped uint8 frames.
+//
+// Borrowing: the fill_* functions point the sample's sequences at the frame's bytes (no copy,
+// _release = false); the sample is valid while the frame is held. dds_write serialises it, which
+// is the one copy on the sending side.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ipcring_frame.h"
+#include "ros2_image.h"
+
+namespace ipcring::bridge {
+
+// Why a received sample was dropped (or ok).
+enum class Verdict {
+  ok,
+  too_large,     // payload larger than the local channel's frame_bytes
+  bad_metadata,  // more metadata than a frame can carry (kMaxMetadataBytes)
+  bad_tensor,    // tensor description out of range (ndim > 8)
+  bad_shape,     // image: step, height, width, encoding and data length disagree
+  not_image,     // export --ros2: the frame is not image-shaped for the given format
+};
+const char* to_string(Verdict v) noexcept;
+
+// An image format for --ros2: encoding (sensor_msgs/image_encodings.hpp names), width, height.
+struct ImageFormat {
+  std::string encoding = "mono8";
+  std::uint32_t width = 0;
+  std::uint32_t height = 0;
+};
+
+// Bytes per pixel of the 8-bit encodings ringbridge handles; nullopt for the others.
+std::optional<std::uint32_t> bytes_per_pixel(std::string_view encoding) noexcept;
+
+// What the sender knows about a frame (read from the channel).
+struct FrameView {
+  std::span<const std::byte> data;
+  std::span<const std::byte> metadata;
+  std::uint64_t sequence = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t publish_time_ns = 0;  // CLOCK_MONOTONIC of this machine
+};
+
+// ---- sending --------------------------------------------------------------------------------
+// `channel` must outlive the call (copied into the fixed-size field, cut at 200 bytes).
+void fill_frame_sample(ipcring_bridge_Frame& sample, const FrameView& frame,
+                       std::string_view channel, std::uint64_t send_realtime_ns) noexcept;
+
+// ok, or not_image when frame.data is not height * width * bytes_per_pixel(encoding) bytes.
+// `encoding` and `frame_id` are borrowed (must outlive the sample).
+Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& sample, const FrameView& frame,
+                          const ImageFormat& format, const std::string& frame_id,
+                          std::uint64_t stamp_realtime_ns) noexcept;
+
+// ---- receiving ------------------------------------------------------------------------------
+Verdict check_frame_sample(const ipcring_bridge_Frame& sample, std::size_t capacity) noexcept;
+Verdict check_image_sample(const sensor_msgs_msg_dds__Image_& sample,
+                           std::size_t capacity) noexcept;
+
+}  // namespace ipcring::bridge
