@@ -27,7 +27,7 @@
 //   +-------------------------+ slot_table_offset + slots * 256
 //   | LogEntry[log_size]      |  publication log: sequence -> slot, log_size a power of two
 //   +-------------------------+ log_offset + log_size * 8, rounded up to 128
-//   | CudaSlot[slots]         |  CUDA backend only: IPC memory/event handles per slot
+//   | CudaSlot[slots]         |  CUDA backend only: IPC handles, release fence words per slot
 //   +-------------------------+ segment_bytes
 //
 // ABI rule (see docs/protocol.md §ABI): increment kLayoutVersion for every incompatible change —
@@ -57,6 +57,7 @@ inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" li
 inline constexpr std::uint32_t kLayoutVersion = 3;              // 2: head carries (sequence, slot)
 // 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
 //    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness").
+//    CUDA release fences are words in CudaSlot the producer can complete itself (docs/cuda.md).
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -254,14 +255,26 @@ struct alignas(kLine) Slot {
   std::atomic<std::uint64_t> metadata[kMetadataBytes / 8];
 };
 
-// CUDA handles of one slot's buffer and events (backend == cuda).
+// CUDA state of one slot (backend == cuda): the IPC handles of its buffer and write-done event,
+// and one release fence word per reader entry (src/backend/cuda/cuda_fence.hpp, docs/cuda.md).
+// The control segment is host-registered (cudaHostRegister) by the producer and by every reader,
+// so streams read and write the fence words in place.
 struct alignas(kLine) CudaSlot {
   unsigned char memory_handle[kCudaHandleBytes];      // cudaIpcMemHandle_t of the buffer
   unsigned char write_done_handle[kCudaHandleBytes];  // cudaIpcEventHandle_t, recorded at publish
-  unsigned char release_handle[kMaxReaders][kCudaHandleBytes];  // per (slot, reader) fence
+  // Line 2: producer-written (memory_generation) and reader-set bits.
   std::atomic<std::uint64_t> memory_generation;  // producer instance that exported the handles
-  std::atomic<std::uint32_t> release_recorded;   // bit i: reader i recorded its fence
+  std::atomic<std::uint32_t> release_recorded;   // bit i: reader i queued its fence write
   std::uint32_t reserved0;
+  alignas(kLine)
+      // Line 3: per reader entry, the lease generation of the reader that queued the fence write
+      // counted in release_recorded (low 32 bits; the fence word keeps 16 of them).
+      std::atomic<std::uint32_t> fence_generation[kMaxReaders];
+  alignas(kLine)
+      // Lines 4-5: FenceWord (entry generation, frame sequence) per reader entry, written by that
+      // reader's stream (cuStreamWriteValue64) and by whoever reaps it (CPU), waited on by the
+      // producer's stream (cuStreamWaitValue64) or polled by its CPU.
+      std::atomic<std::uint64_t> release_fence[kMaxReaders];
 };
 
 // Layout pins. A change to any of these is an ABI change: bump kLayoutVersion.
@@ -287,9 +300,10 @@ static_assert(offsetof(ReaderEntry, hold_histogram) == 2 * kLine);
 static_assert(sizeof(Slot) == 256);
 static_assert(offsetof(Slot, sequence) == kLine);
 static_assert(offsetof(Slot, metadata) == kLine + 48);
-static_assert(sizeof(CudaSlot) == 2304);
-static_assert(offsetof(CudaSlot, release_handle) == 128);
-static_assert(offsetof(CudaSlot, memory_generation) == 128 + kMaxReaders * kCudaHandleBytes);
+static_assert(sizeof(CudaSlot) == 640);
+static_assert(offsetof(CudaSlot, memory_generation) == kLine);
+static_assert(offsetof(CudaSlot, fence_generation) == 2 * kLine);
+static_assert(offsetof(CudaSlot, release_fence) == 3 * kLine);
 
 // Where each block of a segment of a given geometry lives. Computed identically by the creator
 // and every opener; openers compare it with the header before trusting the header's offsets.
