@@ -109,6 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<Frame> kept;
   auto read_once = [&](bool keep) {
     const std::uint64_t epoch_before = core->epoch;
+    const bool gone_before = core->gone_reported;
     Result<Frame> r = core->try_read(core);
     if (!r) return;
     const Frame& f = *r;
@@ -116,7 +117,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (f.size() > kFrameBytes) fail("frame larger than frame_bytes");
     if (f.data() != pool_base + f.slot() * kFrameBytes) fail("frame data is not its slot's buffer");
     if (f.metadata().size() > kMaxMetadataBytes) fail("metadata larger than its field");
-    if (f.epoch() != epoch_before) fail("frame of another epoch");
+    // A frame is of the reader's epoch; a new epoch's frame comes in the same call only when the
+    // end of the old one was reported already (producer_gone once per ended epoch).
+    if (f.epoch() != core->epoch) fail("frame of an epoch other than the reader's");
+    if (f.epoch() != epoch_before && !gone_before) fail("new epoch without producer_gone");
     if (keep) kept.push_back(std::move(*r));
   };
 
