@@ -363,7 +363,7 @@ std::size_t reap_dead_readers(std::string_view name) {
                       "); not reaping");
     }
   }
-  const std::size_t n = detail::reap_dead_readers(view, nullptr);
+  const std::size_t n = detail::reap_dead_readers(view);
   if (n != 0) {
     opened.mapping->view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
   }

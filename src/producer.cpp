@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 
+#include "backend/cuda/cuda_fence.hpp"
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
 #include "core.hpp"
@@ -87,6 +89,15 @@ void init_segment(const SegmentView& view) {
 }
 
 }  // namespace
+
+// The reaper a pool may run on its own thread (the CUDA pool does, while GPU waits on readers'
+// fences are pending): probes and reaps like Producer::reap_dead_readers, counting in the segment.
+static std::function<void()> reaper_for(const SegmentView& view) {
+  return [view] {
+    const std::size_t n = reap_dead_readers(view);
+    if (n != 0) view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
+  };
+}
 
 bool ProducerCore::forked() const noexcept {
   return fork_gen != fork_generation();
@@ -266,7 +277,7 @@ void ProducerCore::drop(Loan& l) noexcept {
 
 std::size_t ProducerCore::reap() noexcept {
   if (forked()) return 0;
-  const std::size_t n = reap_dead_readers(view, pool.get());
+  const std::size_t n = reap_dead_readers(view);
   if (n != 0) {
     readers_reaped += n;
     view.producer().readers_reaped.fetch_add(n, std::memory_order_relaxed);
@@ -277,16 +288,19 @@ std::size_t ProducerCore::reap() noexcept {
 ProducerCore::~ProducerCore() {
   if (forked() || !holds_lease) return;  // a forked child owns nothing of the channel
   ProducerBlock& p = view.producer();
-  pool.reset();
-  // Under the repair lock, so that a takeover never finds the lease between these steps.
-  RepairLock lock;
-  const bool locked = lock.acquire(view.fd, std::chrono::milliseconds(2000));
-  // Clean exit: mark the epoch closed and wake sleepers, so readers report producer_gone.
+  // Clean exit: mark the epoch closed and wake sleepers first, so readers report producer_gone,
+  // stop claiming our frames and stop using our CUDA events; then the pool waits (bounded) for what
+  // readers still hold before it frees buffers and events. Only the lease's owner writes this word
+  // while it holds the lease mutex (a takeover needs the mutex dead or unowned), so the store needs
+  // no repair lock; the pool's wait is kept out of the repair lock, which attachers need.
   p.lease_word.store(LeaseWord::make(epoch, LeaseState::closed), std::memory_order_release);
   p.wake.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(p.wake);
   fault_point("close.closed");
-  if (!locked) {
+  pool.reset();
+  // Under the repair lock, so that a takeover never finds the lease between these steps.
+  RepairLock lock;
+  if (!lock.acquire(view.fd, std::chrono::milliseconds(2000))) {
     // Cannot give the lease back safely (a takeover could lock it while glibc's unlock still has
     // it on the keeper's list_op_pending): keep it, and the mapping, until this process exits.
     new std::shared_ptr<Mapping>(mapping);  // NOLINT: deliberately leaked
@@ -349,7 +363,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
         core->mapping = mapping;
         core->view = view;
         core->epoch = 1;
-        PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true};
+        PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true, false, {}};
+        req.reap = reaper_for(view);
         core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
                                                      : make_host_producer_pool(req);
         p.instance_id.store(core->instance_id, std::memory_order_relaxed);
@@ -407,7 +422,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
                                h.max_held == geo.max_held && h.frame_bytes == geo.frame_bytes &&
                                h.backend == geo.backend && h.metadata_bytes == geo.metadata_bytes;
     if (!same_geometry) {
-      reap_dead_readers_locked(view, nullptr);
+      reap_dead_readers_locked(view);
       std::uint32_t live = 0;
       for (std::uint32_t r = 0; r < view.geo.max_readers; ++r) {
         if (LeaseWord::state(view.reader(r).lease_word.load(std::memory_order_acquire)) ==
@@ -444,7 +459,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     core->epoch = LeaseWord::generation(old) + 1;
     try {
       recover_after_producer_death(view);
-      PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false};
+      PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false, false, {}};
+      req.reap = reaper_for(view);
       core->pool = config.backend == Backend::cuda ? make_cuda_producer_pool(req)
                                                    : make_host_producer_pool(req);
     } catch (...) {
@@ -463,7 +479,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     p.lease_word.store(LeaseWord::make(core->epoch, LeaseState::active), std::memory_order_release);
     p.wake.fetch_add(1, std::memory_order_seq_cst);
     futex_wake_all(p.wake);  // sleepers re-check and report the epoch change
-    const std::size_t n = reap_dead_readers_locked(view, core->pool.get());
+    const std::size_t n = reap_dead_readers_locked(view);
     core->readers_reaped += n;
     if (n != 0) p.readers_reaped.fetch_add(n, std::memory_order_relaxed);
     core->last_reap_ns = monotonic_ns();

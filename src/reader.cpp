@@ -381,7 +381,7 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   core->instance_id = random_instance_id();
   const SegmentView& view = core->view;
   {
-    PoolRequest req{std::string(name), view, opened.mode, 0, false, options.copy_on_write};
+    PoolRequest req{std::string(name), view, opened.mode, 0, false, options.copy_on_write, {}};
     core->pool = view.geo.backend == 2 ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
   }
   // Take a free entry, or one whose owner the kernel declared dead (under the repair lock; the

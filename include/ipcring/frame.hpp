@@ -117,8 +117,9 @@ class Frame {
   void release() noexcept;
 
   // CUDA backend: make `stream` wait (on the GPU) until the producer's writes to this frame are
-  // done; release(stream) records this reader's fence on `stream` so the producer reuses the buffer
-  // only after the reader's queued kernels finished. Both are no-ops on the host backend.
+  // done; release(stream) queues this reader's release fence (a write of its fence word) on
+  // `stream`, so the producer reuses the buffer only after the reader's queued kernels finished.
+  // Both are no-ops on the host backend.
   Status wait_on(CudaStream stream) noexcept;
   void release(CudaStream stream) noexcept;
 

@@ -45,9 +45,9 @@ class Producer {
   Result<Loan> loan(std::chrono::nanoseconds timeout) noexcept;
   // CUDA backend: the loan's buffer will be written by work queued on `stream`. Readers that held
   // the buffer may still have GPU work reading it (they released it with Frame::release(stream));
-  // these loans make `stream` wait for that work on the GPU (cudaStreamWaitEvent on the readers'
-  // release fences) instead of reporting the slot as not free, so the CPU never waits. The plain
-  // loan() hands out a buffer only when no GPU work of a reader can still read it (otherwise
+  // these loans make `stream` wait for that work on the GPU (cuStreamWaitValue64 on the readers'
+  // release fence words) instead of reporting the slot as not free, so the CPU never waits. The
+  // plain loan() hands out a buffer only when no GPU work of a reader can still read it (otherwise
   // Status::no_free_slot), so any stream, or a synchronous copy, may write it. Host backend: same
   // as loan() / loan(timeout).
   Result<Loan> loan(CudaStream stream) noexcept;

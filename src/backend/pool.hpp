@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,8 +40,6 @@ class ProducerPool {
     (void)stream;
     return Status::ok;
   }
-  // A reader entry was reaped (its process died): forget fences it will never record.
-  virtual void reader_reaped(std::uint32_t reader) noexcept { (void)reader; }
 };
 
 // Reader side: maps buffers of one channel lazily.
@@ -78,6 +77,10 @@ struct PoolRequest {
   int cuda_device = 0;
   bool create = false;         // producer: a new channel (else a takeover of an existing one)
   bool copy_on_write = false;  // host reader: ReaderOptions::copy_on_write
+  // Producer: the owner's reaper (probe every reader lease, reap the dead ones: their backend work
+  // runs in the reaper's hook, e.g. reader_fences_reaped). A pool may call it from its own thread
+  // while it waits for readers (the CUDA pool's watchdog); empty: never called.
+  std::function<void()> reap;
 };
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/pool.hpp"
+#include "backend/cuda/cuda_fence.hpp"
 #include "common/clock.hpp"
 #include "ipcring/error.hpp"
 #include "ring/ring.hpp"
@@ -407,15 +407,15 @@ bool reapable(ReaderEntry& e, std::uint64_t& w) noexcept {
   return probe_lease(e.lease) != LeaseProbe::held;
 }
 
-std::size_t reap_locked(const SegmentView& view, ProducerPool* pool) noexcept {
+std::size_t reap_locked(const SegmentView& view) noexcept {
   std::size_t reaped = 0;
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
     std::uint64_t w = 0;
     if (!reapable(e, w)) continue;
     fault_point("reap.locked");
-    clear_reader_bits(view, i);  // (R6)
-    if (pool != nullptr) pool->reader_reaped(i);
+    clear_reader_bits(view, i);                               // (R6)
+    reader_fences_reaped(view, i, LeaseWord::generation(w));  // CUDA: complete its fences
     view.producer().waiting.fetch_and(~(1U << i), std::memory_order_relaxed);
     e.held.store(0, std::memory_order_relaxed);
     e.instance_id.store(0, std::memory_order_relaxed);
@@ -440,7 +440,7 @@ bool keeper_give(MutexStorage& storage) {
 // ---- reader entries
 // --------------------------------------------------------------------------------
 
-std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept {
+std::size_t reap_dead_readers(const SegmentView& view) noexcept {
   // Read-only first: the common case (nobody died) costs loads only, no system call.
   bool any = false;
   for (std::uint32_t i = 0; i < view.geo.max_readers && !any; ++i) {
@@ -451,11 +451,11 @@ std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexc
   fault_point("reap.probed");
   RepairLock lock;
   if (!lock.acquire(view.fd, std::chrono::milliseconds(0))) return 0;  // next round
-  return reap_locked(view, pool);
+  return reap_locked(view);
 }
 
-std::size_t reap_dead_readers_locked(const SegmentView& view, ProducerPool* pool) noexcept {
-  return reap_locked(view, pool);
+std::size_t reap_dead_readers_locked(const SegmentView& view) noexcept {
+  return reap_locked(view);
 }
 
 std::optional<TakenEntry> take_reader_entry(const SegmentView& view, std::string_view channel,
@@ -477,7 +477,10 @@ std::optional<TakenEntry> take_reader_entry(const SegmentView& view, std::string
     const TakeResult r = keeper_take(e.lease);
     if (r != TakeResult::taken && r != TakeResult::owner_died) continue;
     fault_point("attach.taken");
-    if (active) clear_reader_bits(view, i);  // a dead owner's bits, not reaped yet
+    if (active) {  // a dead owner's bits and fences, not reaped yet
+      clear_reader_bits(view, i);
+      reader_fences_reaped(view, i, LeaseWord::generation(w));
+    }
     view.producer().waiting.fetch_and(~(1U << i), std::memory_order_relaxed);
     const std::uint64_t gen = LeaseWord::generation(w) + 1;
     e.instance_id.store(instance_id, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // lease.hpp — liveness: robust-mutex leases, their read-only probe, the repair lock, reaping,
 // taking an entry, and the producer lease. Producer, Reader, inspect and the CUDA backend (through
-// ProducerPool::reader_reaped) call this module; none of them touches a lease mutex itself.
+// the segment-level hook reader_fences_reaped) call this module; none of them touches a lease mutex
+// itself.
 //
 // The lease. A reader entry's (or the producer block's) process-shared robust mutex, locked for
 // the owner's whole life by the owner's lease keeper thread. When the owner dies, the kernel walks
@@ -40,8 +41,6 @@
 #include "segment/layout.hpp"
 
 namespace ipcring::detail {
-
-class ProducerPool;
 
 inline pthread_mutex_t* as_mutex(MutexStorage& storage) noexcept {
   return reinterpret_cast<pthread_mutex_t*>(storage.bytes);
@@ -112,12 +111,12 @@ bool keeper_give(MutexStorage& storage);
 // ---- reader entries ----------------------------------------------------------------------------
 
 // Reaps dead readers: an ACTIVE entry whose lock word says dead (or unowned: its owner died
-// between unlocking and freeing the entry) has its slot bits and waiting bit cleared, `pool` told
-// (may be null), and is freed. Probes without writing; takes the repair lock only when there is
-// something to reap (never waits for it). Returns the number reaped.
-std::size_t reap_dead_readers(const SegmentView& view, ProducerPool* pool) noexcept;
+// between unlocking and freeing the entry) has its slot bits and waiting bit cleared, its CUDA
+// release fences completed (reader_fences_reaped), and is freed. Probes without writing; takes the
+// repair lock only when there is something to reap (never waits for it). Returns the number reaped.
+std::size_t reap_dead_readers(const SegmentView& view) noexcept;
 // The same for a caller that holds the repair lock already (takeover).
-std::size_t reap_dead_readers_locked(const SegmentView& view, ProducerPool* pool) noexcept;
+std::size_t reap_dead_readers_locked(const SegmentView& view) noexcept;
 
 // Attach: under the repair lock, takes the first entry that is free or whose owner is dead, with
 // `instance_id` as its identity. Returns the entry index and its new generation, or nullopt when

@@ -105,17 +105,13 @@ inline bool release_read(Slot& slot, std::uint64_t bit, std::uint64_t generation
 // (R6) Reaper: clears reader `reader`'s bit in every slot; returns how many slots it held.
 // Relaxed is enough for the RMW itself: the dead reader reads nothing more, and the producer's
 // claim (P1) of a slot freed here needs no happens-before with the dead process.
-// CUDA backend: also forgets the reader's release fences (CudaSlot::release_recorded), so the
-// producer never waits for a fence a dead reader's GPU work will not complete (docs/cuda.md, the
-// dead-reader rule). Every caller clears before it changes the entry's lease word (L3 or a new
-// owner's L1, both release), which the producer relies on to tell whose fence it sees.
+// Every caller clears before it changes the entry's lease word (L3 or a new owner's L1, both
+// release); for CUDA channels it also runs the backend's hook (reader_fences_reaped,
+// backend/cuda/cuda_fence.hpp) there, which completes the dead reader's release fences.
 inline std::uint32_t clear_reader_bits(const SegmentView& view, std::uint32_t reader) noexcept {
   const std::uint64_t bit = SlotWord::bit(reader);
   std::uint32_t cleared = 0;
   for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
-    if (view.geo.backend == 2) {
-      view.cuda_slot(i).release_recorded.fetch_and(~(1U << reader), std::memory_order_relaxed);
-    }
     Slot& slot = view.slot(i);
     std::uint64_t s = slot.state.load(std::memory_order_relaxed);
     while ((SlotWord::mask(s) & bit) != 0) {

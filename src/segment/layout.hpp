@@ -27,7 +27,7 @@
 //   +-------------------------+ slot_table_offset + slots * 256
 //   | LogEntry[log_size]      |  publication log: sequence -> slot, log_size a power of two
 //   +-------------------------+ log_offset + log_size * 8, rounded up to 128
-//   | CudaSlot[slots]         |  CUDA backend only: IPC memory/event handles per slot
+//   | CudaSlot[slots]         |  CUDA backend only: IPC handles, release fence words per slot
 //   +-------------------------+ frame_header_offset (the end of the above, rounded up to 128)
 //   | per slot: FrameHeader   |  tensor descriptor, capture time, metadata size (256 bytes)
 //   |   + metadata bytes      |  then metadata_bytes of user metadata, rounded up to 128
@@ -61,9 +61,11 @@ inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" li
 inline constexpr std::uint32_t kLayoutVersion = 4;              // 2: head carries (sequence, slot)
 // 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
 //    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness");
-//    or (a parallel line of development) per-slot frame headers and the reader delay histogram.
-// 4: both of the above: one object per channel whose control segment ends with the per-slot frame
-//    headers (tensor, capture time, metadata of metadata_bytes); reader delay histogram.
+//    or (a parallel line of development) per-slot frame headers and the reader delay histogram;
+//    or CUDA release fences as words in CudaSlot the producer can complete itself (docs/cuda.md).
+// 4: all of the above: one object per channel whose control segment ends with the per-slot frame
+//    headers (tensor, capture time, metadata of metadata_bytes); reader delay histogram; CUDA
+//    release fence words.
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -326,14 +328,26 @@ struct TensorWord {
   }
 };
 
-// CUDA handles of one slot's buffer and events (backend == cuda).
+// CUDA state of one slot (backend == cuda): the IPC handles of its buffer and write-done event,
+// and one release fence word per reader entry (src/backend/cuda/cuda_fence.hpp, docs/cuda.md).
+// The control segment is host-registered (cudaHostRegister) by the producer and by every reader,
+// so streams read and write the fence words in place.
 struct alignas(kLine) CudaSlot {
   unsigned char memory_handle[kCudaHandleBytes];      // cudaIpcMemHandle_t of the buffer
   unsigned char write_done_handle[kCudaHandleBytes];  // cudaIpcEventHandle_t, recorded at publish
-  unsigned char release_handle[kMaxReaders][kCudaHandleBytes];  // per (slot, reader) fence
+  // Line 2: producer-written (memory_generation) and reader-set bits.
   std::atomic<std::uint64_t> memory_generation;  // producer instance that exported the handles
-  std::atomic<std::uint32_t> release_recorded;   // bit i: reader i recorded its fence
+  std::atomic<std::uint32_t> release_recorded;   // bit i: reader i queued its fence write
   std::uint32_t reserved0;
+  alignas(kLine)
+      // Line 3: per reader entry, the lease generation of the reader that queued the fence write
+      // counted in release_recorded (low 32 bits; the fence word keeps 16 of them).
+      std::atomic<std::uint32_t> fence_generation[kMaxReaders];
+  alignas(kLine)
+      // Lines 4-5: FenceWord (entry generation, frame sequence) per reader entry, written by that
+      // reader's stream (cuStreamWriteValue64) and by whoever reaps it (CPU), waited on by the
+      // producer's stream (cuStreamWaitValue64) or polled by its CPU.
+      std::atomic<std::uint64_t> release_fence[kMaxReaders];
 };
 
 // Layout pins. A change to any of these is an ABI change: bump kLayoutVersion.
@@ -367,9 +381,10 @@ static_assert(sizeof(FrameHeader) == 256);
 static_assert(offsetof(FrameHeader, metadata_bytes) == 32);
 static_assert(offsetof(FrameHeader, shape) == 64);
 static_assert(offsetof(FrameHeader, strides) == 128);
-static_assert(sizeof(CudaSlot) == 2304);
-static_assert(offsetof(CudaSlot, release_handle) == 128);
-static_assert(offsetof(CudaSlot, memory_generation) == 128 + kMaxReaders * kCudaHandleBytes);
+static_assert(sizeof(CudaSlot) == 640);
+static_assert(offsetof(CudaSlot, memory_generation) == kLine);
+static_assert(offsetof(CudaSlot, fence_generation) == 2 * kLine);
+static_assert(offsetof(CudaSlot, release_fence) == 3 * kLine);
 
 // Where each block of a segment of a given geometry lives. Computed identically by the creator
 // and every opener; openers compare it with the header before trusting the header's offsets.

@@ -66,6 +66,10 @@ __global__ void spin_kernel(const std::uint64_t* words, std::uint64_t ns,
   if (words[0] == 0x5eed) atomicAdd(sink, 1ULL);  // reads the frame at the end
 }
 
+__global__ void delay_kernel(std::uint64_t ns) {
+  spin_ns(ns);
+}
+
 constexpr unsigned kThreads = 256;
 
 unsigned blocks_for(std::uint64_t n) {
@@ -81,6 +85,14 @@ int gpu_fill(void* frame, std::uint64_t bytes, std::uint64_t seq, cudaStream_t s
   const std::uint64_t n = bytes / 8;
   fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<std::uint64_t*>(frame), n, seq);
   return static_cast<int>(cudaGetLastError());
+}
+
+int gpu_fill_slow(void* frame, std::uint64_t bytes, std::uint64_t seq, std::uint64_t delay_ns,
+                  cudaStream_t stream) {
+  if (delay_ns != 0) {
+    delay_kernel<<<1, 1, 0, stream>>>(delay_ns);
+  }
+  return gpu_fill(frame, bytes, seq, stream);
 }
 
 int gpu_verify(const void* frame, std::uint64_t bytes, std::uint64_t seq, std::uint64_t delay_ns,

@@ -9,6 +9,10 @@
 extern "C" {
 // Writes the test pattern of frame `seq` (the same as tests/test_util.hpp's pattern_word).
 int gpu_fill(void* frame, std::uint64_t bytes, std::uint64_t seq, cudaStream_t stream);
+// The same, after `delay_ns` of GPU time on `stream` (slow fill: a reader that does not wait for
+// the producer's writes reads the previous frame).
+int gpu_fill_slow(void* frame, std::uint64_t bytes, std::uint64_t seq, std::uint64_t delay_ns,
+                  cudaStream_t stream);
 // Adds to *errors the words that differ from the pattern of `seq`, checked at kernel start and
 // again after spinning `delay_ns` (0: once).
 int gpu_verify(const void* frame, std::uint64_t bytes, std::uint64_t seq, std::uint64_t delay_ns,

@@ -42,7 +42,8 @@ constexpr int kPass = 0;
 constexpr int kFail = 1;
 constexpr int kUsage = 2;
 constexpr int kAttachRefused =
-    3;  // reader: attach threw Errc::unsupported (expected in some cases)
+    3;                       // reader: attach threw Errc::unsupported (expected in some cases)
+constexpr int kCorrupt = 4;  // reader: saw corrupted words (expected only under a negative control)
 constexpr int kSkip = 77;
 
 struct Case {
@@ -51,11 +52,18 @@ struct Case {
   std::uint32_t slots;
   std::uint32_t readers;  // reader processes
   std::size_t frame_bytes;
-  int frames;                     // frames the producer publishes
-  bool producer_stream;           // Producer::loan(timeout, stream) instead of loan(timeout)
-  std::uint64_t verify_delay_ns;  // reader: check each frame again after this long on the GPU
-  int pace_us;                    // producer: pause between frames
-  int gpus;                       // devices needed
+  int frames;                       // frames the producer publishes
+  bool producer_stream;             // Producer::loan(timeout, stream) instead of loan(timeout)
+  std::uint64_t verify_delay_ns;    // reader: check each frame again after this long on the GPU
+  int pace_us;                      // producer: pause between frames
+  int gpus;                         // devices needed
+  std::uint64_t fill_delay_ns = 0;  // producer: its fill starts this late on its stream
+  // Negative control: IPCRING_CUDA_TEST_BREAK for the readers; the case passes only if they
+  // then see corrupted frames (proving the positive case can fail).
+  const char* break_mode = nullptr;
+  bool legacy = false;            // every stream is the legacy default stream (nullptr everywhere)
+  std::uint32_t per_process = 1;  // Readers per reader process
+  bool takeover = false;  // the first producer is SIGKILLed mid-stream, a second one takes over
 };
 
 const Case kCases[] = {
@@ -68,12 +76,37 @@ const Case kCases[] = {
     {"slow_reader_plain", "same, the producer uses the plain loan(timeout)", 3, 1, 1 << 20, 60,
      false, 20'000'000, 0, 1},
     {"reader_killed_plain",
-     "a reader SIGKILLed while its kernel reads a released frame: the producer (plain loan) "
-     "recycles the slot and never hangs",
+     "a reader SIGKILLed while its 60 s kernel reads a released frame: the producer (plain "
+     "loan) recycles the slot without waiting for that kernel",
      3, 1, 1 << 20, 1500, false, 0, 1000, 1},
     {"reader_killed_stream",
-     "same with loan(stream): the GPU wait on the dead reader's fence is released (rescue record)",
+     "same with loan(stream): the GPU wait on the dead reader's fence word is released when the "
+     "producer reaps it",
      3, 1, 1 << 20, 1500, true, 0, 1000, 1},
+    {"slow_fill",
+     "2 readers verify 200 frames whose fill starts 2 ms late on the producer's stream", 8, 2,
+     1 << 20, 200, true, 0, 200, 1, 2'000'000},
+    {"neg_wait_on",
+     "negative control of slow_fill: with wait_on disabled the readers must see corruption", 8, 2,
+     1 << 20, 200, true, 0, 200, 1, 2'000'000, "wait_on"},
+    {"neg_release_fence",
+     "negative control of slow_reader_stream: with the release fence disabled the reader must see "
+     "the next frame's data",
+     3, 1, 1 << 20, 60, true, 20'000'000, 0, 1, 0, "release_fence"},
+    {"legacy_stream",
+     "plain loan, publish, wait_on and release on the legacy default stream, slow fill, slow "
+     "reader",
+     3, 1, 1 << 20, 60, false, 10'000'000, 0, 1, 2'000'000, nullptr, true},
+    {"two_readers_one_process",
+     "two Readers in one process share the mappings and both verify every frame", 6, 2, 1 << 20,
+     200, true, 0, 200, 1, 1'000'000, nullptr, false, 2},
+    {"takeover",
+     "the producer is SIGKILLed with frames in flight; a new one takes the channel over and the "
+     "reader, still attached, verifies its frames",
+     4, 1, 1 << 20, 300, true, 0, 5000, 1, 1'000'000, nullptr, false, 1, true},
+    {"uuid_visible",
+     "a reader started with CUDA_VISIBLE_DEVICES=GPU-<uuid> finds the frames' GPU by UUID", 4, 1,
+     1 << 20, 100, true, 0, 200, 1},
     {"peer_reader", "a reader on another GPU: works with peer access, else a clear error", 4, 1,
      1 << 20, 100, true, 0, 200, 2},
     {"visible_devices",
@@ -141,7 +174,7 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
   config.cuda_device = device;
   Producer p = Producer::create(channel, config);
   cudaStream_t stream = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (!c.legacy) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   notify(fd, 'P');
   const auto attach_deadline = Clock::now() + 30s;
   while (inspect(channel).readers.size() < c.readers) {
@@ -159,8 +192,8 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
       std::fprintf(stderr, "producer: loan of frame %d failed: %s\n", i, to_string(loan.status()));
       return kFail;
     }
-    CUDA_OK(
-        static_cast<cudaError_t>(gpu_fill(loan->data(), c.frame_bytes, loan->sequence(), stream)));
+    CUDA_OK(static_cast<cudaError_t>(
+        gpu_fill_slow(loan->data(), c.frame_bytes, loan->sequence(), c.fill_delay_ns, stream)));
     if (latency) CUDA_OK(static_cast<cudaError_t>(gpu_stamp(loan->data(), stream)));
     p.publish(std::move(*loan), c.frame_bytes, stream);
     if (c.pace_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(c.pace_us));
@@ -184,7 +217,7 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
     (void)p.reap_dead_readers();
     std::this_thread::sleep_for(2ms);
   }
-  CUDA_OK(cudaStreamDestroy(stream));
+  if (stream != nullptr) CUDA_OK(cudaStreamDestroy(stream));
   return kPass;
 }
 
@@ -193,15 +226,17 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
   ReaderOptions options;
   options.policy = std::string(c.name) == "latency" ? ReadPolicy::latest : ReadPolicy::sequential;
   options.spin = 100us;
-  std::optional<Reader> reader;
+  std::vector<Reader> readers;
   try {
-    reader.emplace(Reader::attach(channel, options));
+    for (std::uint32_t i = 0; i < c.per_process; ++i) {
+      readers.push_back(Reader::attach(channel, options));
+    }
   } catch (const Error& e) {
     std::printf("reader: attach refused (%s): %s\n", to_string(e.code()), e.what());
     return e.code() == Errc::unsupported ? kAttachRefused : kFail;
   }
   cudaStream_t stream = nullptr;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (!c.legacy) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   unsigned long long* errors = nullptr;
   CUDA_OK(device_alloc(&errors, 1));
   CUDA_OK(cudaMemset(errors, 0, sizeof *errors));
@@ -210,32 +245,55 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
   if (latency) CUDA_OK(device_alloc(&lat, static_cast<std::size_t>(c.frames)));
   notify(fd, 'A');
   int frames = 0;
-  while (frames < c.frames) {
-    Result<Frame> f = reader->read(3s);
-    if (!f) {
-      if (f.status() == Status::producer_gone || f.status() == Status::timeout) break;
-      std::fprintf(stderr, "reader: read: %s\n", to_string(f.status()));
-      return kFail;
+  bool ended = false;
+  bool gone_seen = false;
+  while (frames < c.frames && !ended) {
+    for (Reader& reader : readers) {
+      Result<Frame> f = reader.read(c.takeover ? 20s : 3s);
+      if (!f) {
+        if (f.status() == Status::producer_gone && c.takeover && !gone_seen) {
+          gone_seen = true;  // the first producer died: wait for its successor
+          std::printf("reader: producer_gone after %d frames; waiting for the takeover\n", frames);
+          std::fflush(stdout);
+          continue;
+        }
+        if (f.status() == Status::producer_gone || f.status() == Status::timeout) {
+          ended = true;
+          break;
+        }
+        std::fprintf(stderr, "reader: read: %s\n", to_string(f.status()));
+        return kFail;
+      }
+      if (f->wait_on(stream) != Status::ok) {
+        std::fprintf(stderr, "reader: wait_on failed\n");
+        return kFail;
+      }
+      if (latency) {
+        CUDA_OK(static_cast<cudaError_t>(gpu_probe(f->data(), lat + frames, stream)));
+      } else {
+        CUDA_OK(static_cast<cudaError_t>(
+            gpu_verify(f->data(), f->size(), f->sequence(), c.verify_delay_ns, errors, stream)));
+      }
+      if (kill_me) {
+        // Verify the frame first (so the kill hits a reader that really read it), then keep the
+        // GPU reading it for 60 s, release it at once, and wait to be killed. A producer that
+        // finishes well within those 60 s was released by the reaper's fence write, not by the
+        // kernel ending (or the driver finishing the dead context's work).
+        CUDA_OK(cudaStreamSynchronize(stream));
+        unsigned long long bad = 0;
+        CUDA_OK(cudaMemcpy(&bad, errors, sizeof bad, cudaMemcpyDeviceToHost));
+        std::printf("victim: frame %llu verified (%llu corrupted words); now reading it for 60 s\n",
+                    static_cast<unsigned long long>(f->sequence()), bad);
+        std::fflush(stdout);
+        if (bad != 0) return kFail;
+        CUDA_OK(static_cast<cudaError_t>(gpu_spin(f->data(), 60'000'000'000ULL, errors, stream)));
+        f->release(stream);
+        notify(fd, 'R');
+        for (;;) pause();
+      }
+      f->release(stream);  // at once: the fence keeps the buffer ours until the kernel is done
     }
-    if (f->wait_on(stream) != Status::ok) {
-      std::fprintf(stderr, "reader: wait_on failed\n");
-      return kFail;
-    }
-    if (latency) {
-      CUDA_OK(static_cast<cudaError_t>(gpu_probe(f->data(), lat + frames, stream)));
-    } else {
-      CUDA_OK(static_cast<cudaError_t>(
-          gpu_verify(f->data(), f->size(), f->sequence(), c.verify_delay_ns, errors, stream)));
-    }
-    if (kill_me) {
-      // Keep the GPU reading the frame for 5 s, release it at once, and wait to be killed.
-      CUDA_OK(static_cast<cudaError_t>(gpu_spin(f->data(), 5'000'000'000ULL, errors, stream)));
-      f->release(stream);
-      notify(fd, 'R');
-      for (;;) pause();
-    }
-    f->release(stream);  // at once: the fence keeps the buffer ours until the kernel is done
-    ++frames;
+    if (!ended) ++frames;
   }
   CUDA_OK(cudaStreamSynchronize(stream));
   unsigned long long bad = 0;
@@ -256,12 +314,15 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
         "p50 %.1f us  p90 %.1f us  p99 %.1f us  max %.1f us\n",
         frames, pct(0.5), pct(0.9), pct(0.99), pct(1.0));
   }
-  std::printf("reader: %d frames, %llu corrupted words, %llu overruns\n", frames, bad,
-              static_cast<unsigned long long>(reader->overruns()));
-  reader.reset();
-  // The point is zero corrupted words; a slow reader under a fast producer reads few frames.
+  std::uint64_t overruns = 0;
+  for (const Reader& r : readers) overruns += r.overruns();
+  std::printf("reader: %d frames x %zu readers, %llu corrupted words, %llu overruns\n", frames,
+              readers.size(), bad, static_cast<unsigned long long>(overruns));
+  readers.clear();
+  if (bad != 0) return kCorrupt;
+  // A slow reader under a fast producer reads few frames; the point is zero corrupted words.
   const int minimum = latency ? 100 : std::max(3, c.frames / 20);
-  return bad == 0 && frames >= minimum ? kPass : kFail;
+  return frames >= minimum ? kPass : kFail;
 }
 
 // ---- driver
@@ -275,12 +336,16 @@ struct Child {
 
 Child spawn(const std::string& role, const Case& c, const std::string& channel, int device,
             const char* visible_devices = nullptr) {
+  std::fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) std::exit(kFail);
   const pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
     if (visible_devices != nullptr) setenv("CUDA_VISIBLE_DEVICES", visible_devices, 1);
+    if (role != "producer" && c.break_mode != nullptr) {
+      setenv("IPCRING_CUDA_TEST_BREAK", c.break_mode, 1);
+    }
     const std::string fd = std::to_string(fds[1]);
     const std::string dev = std::to_string(device);
     execl("/proc/self/exe", "ipcring_gpu_tests", "--role", role.c_str(), c.name, channel.c_str(),
@@ -324,9 +389,27 @@ int finish(const Child& ch, std::chrono::seconds limit) {
   return -1;
 }
 
+// A driver that exists but is older than this runtime is a failure, not a skip: the machine has a
+// GPU that these tests should have run on.
+bool driver_too_old(cudaError_t e) {
+  int driver = 0;
+  int runtime = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  if (e != cudaErrorInsufficientDriver || cudaDriverGetVersion(&driver) != cudaSuccess ||
+      driver == 0) {
+    return false;
+  }
+  std::printf(
+      "FAILED: the NVIDIA driver supports CUDA %d.%d, older than this build's runtime "
+      "%d.%d: update the driver\n",
+      driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  return true;
+}
+
 int run_case(const Case& c) {
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (driver_too_old(e)) return kFail;
   if (e != cudaSuccess || devices == 0) {
     std::printf(
         "SKIPPED: GPU test '%s' needs a CUDA device; this machine has none usable "
@@ -382,9 +465,38 @@ int run_case(const Case& c) {
   Child prod = spawn("producer", c, channel, 0);
   expect(wait_for(prod, 'P', 60s), "the producer started");
   const bool kill_case = name.rfind("reader_killed", 0) == 0;
+  std::string uuid;  // uuid_visible: the reader sees the GPU only by its UUID
+  if (name == "uuid_visible") {
+    cudaDeviceProp prop{};
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    static const char* const kHex = "0123456789abcdef";
+    uuid = "GPU-";
+    for (int i = 0; i < 16; ++i) {
+      if (i == 4 || i == 6 || i == 8 || i == 10) uuid += '-';
+      const auto b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+      uuid += kHex[b >> 4];
+      uuid += kHex[b & 0xf];
+    }
+    std::printf("uuid_visible: CUDA_VISIBLE_DEVICES=%s\n", uuid.c_str());
+  }
+  if (c.takeover) {
+    Child rd = spawn("reader", c, channel, 0);
+    expect(wait_for(rd, 'A', 60s), "the reader attached");
+    std::this_thread::sleep_for(700ms);  // about 140 of its 300 frames, at 5 ms
+    kill(prod.pid, SIGKILL);
+    (void)finish(prod, 30s);
+    std::printf("takeover: first producer SIGKILLed; starting its successor\n");
+    Child next = spawn("producer", c, channel, 0);
+    expect(wait_for(next, 'P', 60s), "the successor took the channel over");
+    expect(finish(rd, 120s) == kPass, "the reader verified the frames of both producers");
+    expect(finish(next, 120s) == kPass, "the successor finished");
+    remove_channel(channel, true);
+    return ok ? kPass : kFail;
+  }
   std::vector<Child> readers;
-  for (std::uint32_t i = 0; i < c.readers; ++i) {
-    readers.push_back(spawn(kill_case ? "victim" : "reader", c, channel, 0));
+  for (std::uint32_t i = 0; i < c.readers / c.per_process; ++i) {
+    readers.push_back(spawn(kill_case ? "victim" : "reader", c, channel, 0,
+                            uuid.empty() ? nullptr : uuid.c_str()));
   }
   if (kill_case) {
     expect(wait_for(readers[0], 'R', 60s), "the reader released a frame its kernel still reads");
@@ -393,11 +505,26 @@ int run_case(const Case& c) {
     std::this_thread::sleep_for(200ms);
     const auto t0 = Clock::now();
     kill(readers[0].pid, SIGKILL);
-    (void)finish(readers[0], 30s);
-    const int rc = finish(prod, 120s);
-    std::printf("producer finished %.2f s after the reader was killed\n",
-                std::chrono::duration<double>(Clock::now() - t0).count());
+    const int rc = finish(prod, 75s);
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("kill: the producer finished %.2f s after the reader was killed (exit %d): %s\n",
+                took, rc,
+                took < 50.0 ? "its wait ended by the reaper's fence write (the dead reader's "
+                              "60 s kernel could not have finished)"
+                            : "it waited about as long as the dead reader's kernel ran");
+    const auto v0 = Clock::now();
+    (void)finish(readers[0], 80s);
+    std::printf("kill: the victim process was gone %.2f s after the producer finished\n",
+                std::chrono::duration<double>(Clock::now() - v0).count());
     expect(rc == kPass, "the producer recycled the dead reader's slot and never hung");
+    expect(took < 50.0, "the producer did not wait for the dead reader's kernel");
+  } else if (c.break_mode != nullptr) {
+    bool corrupt = false;
+    for (const Child& r : readers) corrupt = finish(r, 120s) == kCorrupt || corrupt;
+    (void)finish(prod, 120s);
+    std::printf("negative control (%s disabled): readers %s\n", c.break_mode,
+                corrupt ? "saw corrupted frames, as they must" : "saw NO corruption");
+    expect(corrupt, "the negative control makes the positive test fail");
   } else {
     for (const Child& r : readers) expect(finish(r, 120s) == kPass, "reader verified every frame");
     expect(finish(prod, 120s) == kPass, "the producer finished");
@@ -412,6 +539,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--probe") == 0) {
     int devices = 0;
     const cudaError_t e = cudaGetDeviceCount(&devices);
+    if (driver_too_old(e)) return kFail;
     if (e != cudaSuccess || devices == 0) {
       std::printf("no usable CUDA device (cudaGetDeviceCount: %s)\n",
                   e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
@@ -425,7 +553,16 @@ int main(int argc, char** argv) {
     for (int d = 0; d < devices; ++d) {
       cudaDeviceProp prop{};
       CUDA_OK(cudaGetDeviceProperties(&prop, d));
-      std::printf("  %d: %s (sm_%d%d)\n", d, prop.name, prop.major, prop.minor);
+      static const char* const kModes[] = {"default", "exclusive-thread", "prohibited",
+                                           "exclusive-process"};
+      int mode = -1;
+      (void)cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, d);
+      std::printf(
+          "  %d: %s (sm_%d%d), %zu MiB, compute mode %s, integrated %d, unified "
+          "addressing %d\n",
+          d, prop.name, prop.major, prop.minor, prop.totalGlobalMem >> 20,
+          mode >= 0 && mode < 4 ? kModes[mode] : "unknown", prop.integrated,
+          prop.unifiedAddressing);
     }
     return kPass;
   }

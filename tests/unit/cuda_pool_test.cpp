@@ -8,9 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
+#include "backend/cuda/cuda_fence.hpp"
+#include "backend/cuda/cuda_import.hpp"
 #include "backend/cuda/cuda_pool.hpp"
 #include "core.hpp"
 #include "ipcring/ipcring.hpp"
@@ -115,8 +119,11 @@ class TestSegment {
   TestSegment(const TestSegment&) = delete;
   TestSegment& operator=(const TestSegment&) = delete;
 
+  // create: a producer's request, with the owner's reaper (as the core passes it).
   detail::PoolRequest request(bool create, int device = 0) const {
-    return detail::PoolRequest{"t-cuda-mem", view, 0600, device, create};
+    detail::PoolRequest r{"t-cuda-mem", view, 0600, device, create, false, {}};
+    if (create) r.reap = [v = view] { (void)detail::reap_dead_readers(v); };
+    return r;
   }
   // A producer of `epoch` and `instance` owns the channel (as the core sets it before a loan).
   void producer(std::uint64_t epoch, std::uint64_t instance) {
@@ -180,8 +187,9 @@ TEST_SUITE("cuda") {
     auto p = make_producer(prod, ch, cuda_config(4, 2));
     CHECK(prod->calls(FakeOp::malloc) == 4);
     CHECK(prod->calls(FakeOp::ipc_get_mem_handle) == 4);
-    CHECK(prod->calls(FakeOp::create_ipc_event) == 4 * (1 + 2));  // write-done + one per reader
-    CHECK(prod->calls(FakeOp::ipc_get_event_handle) == 4 * (1 + 2));
+    CHECK(prod->calls(FakeOp::create_ipc_event) == 4);  // write-done only: fences are words
+    CHECK(prod->calls(FakeOp::ipc_get_event_handle) == 4);
+    CHECK(prod->registrations() == 1);  // the control segment, for the fence words
     std::set<const std::byte*> buffers;
     for (int i = 0; i < 10; ++i) {
       auto loan = p.loan();
@@ -663,7 +671,7 @@ TEST_SUITE("cuda") {
       rdr->kill();
       seg.reader_dies(1);
       // What Producer::loan does (the watchdog's probe may get there first; either releases it).
-      (void)detail::reap_dead_readers(seg.view, pool.get());
+      (void)detail::reap_dead_readers(seg.view);
       CHECK(eventually([&] { return prod->done(writer); }));
     }
     SUBCASE("... and by the watchdog when another process reaped it") {
@@ -671,7 +679,7 @@ TEST_SUITE("cuda") {
       const std::uint64_t writer = prod->launch(ps, false);
       rdr->kill();
       seg.reader_dies(1);
-      (void)detail::reap_dead_readers(seg.view, nullptr);  // e.g. ringdump reap
+      (void)detail::reap_dead_readers(seg.view);  // e.g. ringdump reap
       CHECK(eventually([&] { return prod->done(writer); }));
     }
     SUBCASE("... and by the watchdog's own probe when nobody reaped it") {
@@ -688,18 +696,14 @@ TEST_SUITE("cuda") {
       const std::uint64_t writer = prod->launch(ps, false);
       rdr->kill();
       // A new reader takes the dead one's entry directly (attach's trylock finds the owner dead):
-      // bits cleared, new lease generation, never free in between. (This thread keeps holding the
-      // entry's mutex: it now stands for the successor's lease keeper.)
+      // take_reader_entry clears its bits and runs the backend's hook, then a new lease
+      // generation. (This thread keeps holding the entry's mutex: it now stands for the
+      // successor's lease keeper.)
       detail::clear_reader_bits(seg.view, 1);
+      detail::reader_fences_reaped(seg.view, 1, detail::LeaseWord::generation(lease));
       const std::uint64_t next = seg.reader_alive(1, 5);
       CHECK(next != lease);
-      CHECK_FALSE(prod->done(writer));
-      auto rdr2 = world->process();
-      auto successor = detail::make_cuda_reader_pool(seg.request(false), rdr2);
-      successor->attached(1);
-      REQUIRE(successor->buffer(0, 1, 0x1111) != nullptr);  // opening re-records its fence
-      CHECK(prod->done(writer));
-      successor->release_fence(0, 1, nullptr);
+      CHECK(eventually([&] { return prod->done(writer); }));
     }
     CHECK(world->hangs() == 0);
     reader.reset();
@@ -707,13 +711,17 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
-  TEST_CASE("cuda: a detaching reader waits (bounded) for its fences before destroying them") {
+  TEST_CASE(
+      "cuda: a detaching reader waits (bounded) for its fences; past the bound it keeps the "
+      "mapping") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(3, 1);
     auto prod = world->process();
     seg.producer(1, 0x77);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(2, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(2, nullptr) == Status::ok);
+    seg.view.slot(2).sequence.store(9);
     auto rdr = world->process();
     seg.reader_alive(0, 1);
     auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
@@ -722,8 +730,14 @@ TEST_SUITE("cuda") {
     CudaStream rs = rdr->make_stream(true);
     const std::uint64_t kernel = rdr->launch(rs);
     reader->release_fence(2, 0, rs);
+    REQUIRE(seg.fences(2) == 0b1);
     const auto start = std::chrono::steady_clock::now();
-    SUBCASE("its kernel finishes: detach waits for it") {
+    std::size_t kept_before = 0;
+    {
+      std::lock_guard lock(detail::cuda::registry_mutex());
+      kept_before = detail::cuda::kept_mappings();
+    }
+    SUBCASE("its kernel finishes: detach waits for it, then unmaps and unregisters") {
       std::thread gpu([&] {
         std::this_thread::sleep_for(50ms);
         rdr->finish(kernel);
@@ -731,26 +745,319 @@ TEST_SUITE("cuda") {
       reader.reset();  // detach
       gpu.join();
       CHECK(std::chrono::steady_clock::now() - start >= 50ms);
-      CHECK(pool->prepare_write(2, nullptr) == Status::ok);  // the fence completed
+      CHECK(rdr->open_mappings() == 0);
+      CHECK(rdr->registrations() == 0);
+      CHECK(seg.fences(2) == 0);  // complete, so forgotten at detach
+      CHECK(pool->prepare_write(2, nullptr) == Status::ok);
     }
-    SUBCASE("its stream is stuck: detach gives up after a bound") {
+    SUBCASE("its kernel still runs: the mapping stays open and the producer keeps waiting for it") {
       reader.reset();
       const auto took = std::chrono::steady_clock::now() - start;
       CHECK(took >= 1s);
       CHECK(took < 10s);
       CHECK_FALSE(rdr->done(kernel));
+      CHECK(rdr->open_mappings() == 1);  // never unmapped under a running kernel
+      CHECK(rdr->registrations() == 1);  // its queued fence write still targets the segment
+      {
+        std::lock_guard lock(detail::cuda::registry_mutex());
+        CHECK(detail::cuda::kept_mappings() == kept_before + 1);
+      }
+      // The entry may be taken by a successor: the producer still waits under the detached
+      // reader's own generation, and the fence completes when its kernel does.
+      seg.reader_alive(0, 3);
+      CHECK(pool->prepare_write(2, nullptr) == Status::no_free_slot);
+      rdr->finish(kernel);
+      CHECK(pool->prepare_write(2, nullptr) == Status::ok);
+      CHECK(world->unregistered_writes() == 0);
     }
-    CHECK(rdr->open_mappings() == 0);
     CHECK(world->hangs() == 0);
   }
 
-  TEST_CASE("cuda: reaping a reader clears its fence bits in every slot") {
+  TEST_CASE("cuda: the reaper's hook completes exactly the dead incarnation's fences") {
     TestSegment seg(3, 3);
+    using detail::FenceWord;
     for (std::uint32_t i = 0; i < 3; ++i) {
       seg.view.cuda_slot(i).release_recorded.store(0b111, std::memory_order_relaxed);
+      seg.view.cuda_slot(i).fence_generation[1].store(7, std::memory_order_relaxed);
+      seg.view.cuda_slot(i).release_fence[1].store(FenceWord::make(7, 10 + i));
     }
+    // Slot 2's last fence of entry 1 is an earlier incarnation's (it detached with its kernel
+    // still running): the hook must leave it to that process.
+    seg.view.cuda_slot(2).fence_generation[1].store(5, std::memory_order_relaxed);
+    seg.view.cuda_slot(2).release_fence[1].store(FenceWord::make(5, 3));
+    detail::reader_fences_reaped(seg.view, 1, 7);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      CHECK(seg.fences(i) == 0b101);
+      CHECK(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
+                               FenceWord::make(7, 1ULL << 47)));
+      CHECK_FALSE(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
+                                     FenceWord::make(9, 1)));  // a successor's are its own
+    }
+    CHECK(seg.fences(2) == 0b111);
+    CHECK(seg.view.cuda_slot(2).release_fence[1].load() == FenceWord::make(5, 3));
+    // The ring's reaper step itself no longer knows CUDA.
+    detail::clear_reader_bits(seg.view, 0);
+    CHECK(seg.fences(0) == 0b101);
+  }
+
+  // ---- the fake models documented semantics only -----------------------------------------------
+
+  TEST_CASE("fake CUDA: a newer record does not release a wait queued on an earlier one") {
+    // cudaEventRecord: "Other APIs such as cudaStreamWaitEvent use the most recently captured
+    // state at the time of the API call, and are not affected by later calls to cudaEventRecord".
+    // The rescue record the backend once relied on would need the opposite.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto p = world->process();
+    REQUIRE(p->set_device(0) == CudaErr::success);
+    detail::CudaEvent e = nullptr;
+    REQUIRE(p->create_ipc_event(e) == CudaErr::success);
+    CudaStream a = p->make_stream(true);
+    CudaStream b = p->make_stream(true);
+    CudaStream c = p->make_stream(true);
+    const std::uint64_t stuck = p->launch(a);  // never finishes on its own (a dead peer's work)
+    REQUIRE(p->record_event(e, a) == CudaErr::success);
+    REQUIRE(p->stream_wait_event(b, e) == CudaErr::success);
+    const std::uint64_t after = p->launch(b, false);
+    REQUIRE(p->record_event(e, c) == CudaErr::success);  // completes at once on the idle stream
+    CHECK(p->query_event(e) == CudaErr::success);        // the query sees the newest record...
+    CHECK_FALSE(p->done(after));                         // ...the queued wait does not
+    p->finish(stuck);
+    CHECK(p->done(after));
+  }
+
+  TEST_CASE("fake CUDA: stream memory operations on registered memory only; GEQ is cyclic") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto p = world->process();
+    REQUIRE(p->set_device(0) == CudaErr::success);
+    alignas(64) static std::uint64_t words[8] = {};
+    CudaStream s = p->make_stream(true);
+    CHECK(p->stream_write_value64(s, &words[0], 1) == CudaErr::invalid_value);
+    REQUIRE(p->host_register(words, sizeof words) == CudaErr::success);
+    CHECK(p->host_register(words, sizeof words) == CudaErr::host_memory_already_registered);
+    void* d = nullptr;
+    REQUIRE(p->host_device_pointer(&d, &words[1]) == CudaErr::success);
+    words[1] = ~0ULL - 1;                                          // -2
+    REQUIRE(p->stream_wait_value64(s, d, 1) == CudaErr::success);  // waits for (int64)(w-1) >= 0
+    const std::uint64_t work = p->launch(s, false);
+    CHECK_FALSE(p->done(work));
+    std::atomic_ref<std::uint64_t>(words[1]).store(1);  // a CPU store (a reaper's) releases it
+    CHECK(p->done(work));
+    REQUIRE(p->host_unregister(words) == CudaErr::success);
+  }
+
+  // ---- the fence, the reaper and the race of a late reaper ----------------------------------
+
+  TEST_CASE("cuda: a late reaper of a dead reader cannot complete its successor's fence") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 2);
+    auto prod = world->process();
+    seg.producer(1, 0x5151);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+
+    // The dead incarnation (generation 3) of entry 1 released frame 1 with its kernel queued.
+    auto dead = world->process();
+    const std::uint64_t dead_lease = seg.reader_alive(1, 3);
+    auto d = detail::make_cuda_reader_pool(seg.request(false), dead);
+    d->attached(1);
+    REQUIRE(d->buffer(0, 1, 0x5151) != nullptr);
+    CudaStream ds = dead->make_stream(true);
+    (void)dead->launch(ds);
+    d->release_fence(0, 1, ds);
+    dead->kill();
+    seg.reader_dies(1);
+    // A reaper (ringdump reap, say) probes the entry and finds it dead... and is delayed.
+    // Meanwhile the producer reaps it itself and reuses the slot.
+    CHECK(detail::reap_dead_readers(seg.view) == 1);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(2);
+    // A successor (generation 5) takes the entry, reads frame 2 and releases it with a kernel
+    // still running.
+    auto next = world->process();
+    seg.reader_alive(1, 5);
+    auto n = detail::make_cuda_reader_pool(seg.request(false), next);
+    n->attached(1);
+    REQUIRE(n->buffer(0, 1, 0x5151) != nullptr);
+    CudaStream ns = next->make_stream(true);
+    const std::uint64_t kernel = next->launch(ns);
+    n->release_fence(0, 1, ns);
+    // The delayed reaper now acts on what it saw: the dead incarnation. It must not complete the
+    // successor's fence.
     detail::clear_reader_bits(seg.view, 1);
-    for (std::uint32_t i = 0; i < 3; ++i) CHECK(seg.fences(i) == 0b101);
+    detail::reader_fences_reaped(seg.view, 1, detail::LeaseWord::generation(dead_lease));
+    CHECK(pool->prepare_write(0, nullptr) == Status::no_free_slot);
+    next->finish(kernel);
+    CHECK(pool->prepare_write(0, nullptr) == Status::ok);
+    d.reset();
+    n.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: negative control: IPCRING_CUDA_TEST_BREAK=release_fence loses the ordering") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x99);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(1, nullptr) == Status::ok);
+    seg.view.slot(1).sequence.store(4);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    // This test's thread is the only one touching the environment while it runs.
+    ::setenv("IPCRING_CUDA_TEST_BREAK", "release_fence", 1);  // NOLINT(concurrency-mt-unsafe)
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    ::unsetenv("IPCRING_CUDA_TEST_BREAK");  // NOLINT(concurrency-mt-unsafe)
+    reader->attached(0);
+    REQUIRE(reader->buffer(1, 1, 0x99) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(1, 0, rs);
+    // Broken on purpose: the producer may rewrite the buffer while the reader's kernel runs. The
+    // GPU tests use this switch to prove they can see the difference.
+    CHECK(pool->prepare_write(1, nullptr) == Status::ok);
+    CHECK_FALSE(rdr->done(kernel));
+    rdr->finish(kernel);
+  }
+
+  // ---- close order ---------------------------------------------------------------------------
+
+  TEST_CASE("cuda: a closing producer frees only what no reader or queued work can still use") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(3, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x4242);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    void* buf[3];
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      REQUIRE(pool->prepare_write(i, nullptr) == Status::ok);
+      REQUIRE(pool->before_publish(i, nullptr) == Status::ok);
+      seg.view.slot(i).sequence.store(i + 1);
+      buf[i] = pool->buffer(i);
+    }
+    // Slot 0: a reader released it with its kernel still running. Slot 1: a reader still holds
+    // it. Slot 2: nobody.
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(0, 1, 0x4242) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+    const std::uint64_t kernel = rdr->launch(rs);
+    reader->release_fence(0, 0, rs);
+    seg.view.slot(1).state.store(detail::SlotWord::make(1, false, detail::SlotWord::bit(0)));
+    const auto start = std::chrono::steady_clock::now();
+    pool.reset();  // the core marked the epoch closed first
+    CHECK(std::chrono::steady_clock::now() - start >= 1s);  // it waited (bounded) for them
+    CHECK(world->bytes_allocated(buf[0]) != 0);             // a reader's kernel may still read it
+    CHECK(world->bytes_allocated(buf[1]) != 0);             // a reader holds it
+    CHECK(world->bytes_allocated(buf[2]) == 0);             // freed
+    CHECK(world->use_after_destroy() == 0);
+    rdr->finish(kernel);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: a producer closing after its readers finished frees everything at once") {
+    ScopedChannel ch("cuda-close");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::vector<const std::byte*> bufs;
+    std::optional<Producer> p(make_producer(prod, ch, cuda_config(3, 1)));
+    std::optional<Reader> r(attach(rdr, ch));
+    for (int i = 0; i < 3; ++i) {
+      publish_pattern(*p);
+      auto f = r->try_read();
+      REQUIRE(f);
+      bufs.push_back(f->data());
+      CudaStream s = rdr->make_stream(true);
+      REQUIRE(f->wait_on(s) == Status::ok);
+      f->release(s);
+    }
+    r.reset();  // detaches: its fences are complete, its mappings close
+    const auto start = std::chrono::steady_clock::now();
+    p.reset();
+    CHECK(std::chrono::steady_clock::now() - start < 1s);  // nothing to wait for
+    for (const std::byte* b : bufs) CHECK(world->bytes_allocated(const_cast<std::byte*>(b)) == 0);
+    CHECK(world->freed_while_mapped() == 0);
+    CHECK(world->use_after_destroy() == 0);
+    CHECK(prod->registrations() == 0);
+    CHECK(rdr->registrations() == 0);
+  }
+
+  // ---- contexts and devices ------------------------------------------------------------------
+
+  TEST_CASE("cuda: two Readers of one process on different devices map the buffer once each") {
+    ScopedChannel ch("cuda-2dev");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    world->set_peer_access(1, 0, true);
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, cuda_config(4, 2));
+    REQUIRE(rdr->set_device(0) == CudaErr::success);
+    std::optional<Reader> r0(attach(rdr, ch));
+    REQUIRE(rdr->set_device(1) == CudaErr::success);
+    std::optional<Reader> r1(attach(rdr, ch));
+    publish_pattern(p);
+    {
+      auto f0 = r0->try_read();
+      auto f1 = r1->try_read();
+      REQUIRE(f0);
+      REQUIRE(f1);
+      CHECK(test::check_pattern(f1->data(), 512, f1->sequence()));
+      CHECK(rdr->open_mappings() == 2);  // one per device's context, not shared across them
+      CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == 2);
+    }
+    REQUIRE(rdr->set_device(0) == CudaErr::success);  // whatever the thread has now
+    r0.reset();
+    r1.reset();
+    CHECK(rdr->open_mappings() == 0);
+    CHECK(world->wrong_device_closes() == 0);
+  }
+
+  TEST_CASE("cuda: pool calls keep the caller's context and never bind one implicitly") {
+    ScopedChannel ch("cuda-ctx");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::optional<Producer> p;
+    std::optional<Reader> r;
+    // Made on a thread of their own, used here, destroyed on yet another thread that never touched
+    // CUDA: a destructor's calls must not make the runtime bind device 0's primary context.
+    std::thread([&] {
+      REQUIRE(prod->set_device(1) == CudaErr::success);
+      ChannelConfig c = cuda_config(4, 1);
+      c.cuda_device = 1;
+      p.emplace(make_producer(prod, ch, c));
+      REQUIRE(rdr->set_device(1) == CudaErr::success);
+      r.emplace(attach(rdr, ch));
+    }).join();
+    // The user's thread has a non-primary context current (cuCtxCreate style).
+    const detail::CudaContext mine = rdr->make_context(0);  // not the reader's device
+    REQUIRE(rdr->set_context(mine) == CudaErr::success);
+    const detail::CudaContext pmine = prod->make_context(0);
+    REQUIRE(prod->set_context(pmine) == CudaErr::success);
+    for (int i = 0; i < 3; ++i) {
+      publish_pattern(*p);  // plain loan and publish on the legacy stream
+      auto f = r->try_read();
+      REQUIRE(f);
+      CHECK(f->wait_on(nullptr) == Status::ok);
+      f->release();
+    }
+    detail::CudaContext now = nullptr;
+    REQUIRE(rdr->get_context(now) == CudaErr::success);
+    CHECK(now == mine);
+    REQUIRE(prod->get_context(now) == CudaErr::success);
+    CHECK(now == pmine);
+    std::thread([&] {
+      r.reset();
+      p.reset();
+    }).join();
+    CHECK(world->implicit_inits() == 0);
+    CHECK(world->wrong_device_closes() == 0);
   }
 
 }  // TEST_SUITE

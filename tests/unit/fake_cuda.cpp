@@ -2,7 +2,9 @@
 #include "unit/fake_cuda.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <iterator>
 
 namespace ipcring::test {
 
@@ -91,6 +93,21 @@ int FakeGpuWorld::use_after_destroy() const {
   std::lock_guard lock(mutex_);
   return use_after_destroy_;
 }
+int FakeGpuWorld::unregistered_writes() const {
+  std::lock_guard lock(mutex_);
+  return unregistered_writes_;
+}
+int FakeGpuWorld::implicit_inits() const {
+  std::lock_guard lock(mutex_);
+  return implicit_inits_;
+}
+bool FakeGpuWorld::registered(int process, const void* p, std::size_t bytes) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  for (const auto& [key, size] : registered_) {
+    if (key.first == process && a >= key.second && a + bytes <= key.second + size) return true;
+  }
+  return false;
+}
 std::uint64_t FakeGpuWorld::bytes_allocated(void* ptr) const {
   std::lock_guard lock(mutex_);
   for (const auto& [id, a] : allocations_) {
@@ -107,9 +124,14 @@ bool FakeGpuWorld::runnable(const Op& op) const {
     case Op::Kind::work:
       return !op.held;
     case Op::Kind::record:
+    case Op::Kind::write_value:
       return true;
     case Op::Kind::wait:
-      return events_.at(op.event).completed >= op.seq;
+      return ops_.at(op.record).done;  // exactly the record it captured
+    case Op::Kind::wait_value:
+      return static_cast<std::int64_t>(
+                 std::atomic_ref<std::uint64_t>(*op.addr).load(std::memory_order_acquire) -
+                 op.value) >= 0;
   }
   return false;
 }
@@ -123,9 +145,12 @@ void FakeGpuWorld::advance() {
         Op& op = ops_.at(s.ops.front());
         if (!runnable(op)) break;
         op.done = true;
-        if (op.kind == Op::Kind::record) {
-          EventState& ev = events_.at(op.event);
-          ev.completed = std::max(ev.completed, op.seq);
+        if (op.kind == Op::Kind::write_value) {
+          if (registered(op.process, op.addr, 8)) {
+            std::atomic_ref<std::uint64_t>(*op.addr).store(op.value, std::memory_order_release);
+          } else {
+            ++unregistered_writes_;  // the GPU would fault on memory no longer registered
+          }
         }
         s.ops.pop_front();
         changed = true;
@@ -213,7 +238,10 @@ CudaErr FakeCuda::get_device_count(int& count) noexcept {
 
 CudaErr FakeCuda::get_device(int& device) noexcept {
   FAKE_ENTER(FakeOp::get_device);
-  device = current_;
+  // Like cudaGetDevice: the current context's device, or 0 when the thread has none (no context
+  // is made current by asking).
+  auto it = ctx_.find(std::this_thread::get_id());
+  device = it == ctx_.end() ? 0 : it->second.ordinal;
   return CudaErr::success;
 }
 
@@ -221,7 +249,7 @@ CudaErr FakeCuda::set_device(int device) noexcept {
   FAKE_ENTER(FakeOp::set_device);
   if (device < 0 || device >= static_cast<int>(visible_.size()))
     return ret(CudaErr::invalid_device);
-  current_ = device;
+  ctx_[std::this_thread::get_id()] = Ctx{static_cast<std::uint64_t>(device) + 1, device};
   return CudaErr::success;
 }
 
@@ -249,6 +277,12 @@ CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value
     case detail::CudaAttr::ipc_event_support:
       value = d.ipc_events ? 1 : 0;
       break;
+    case detail::CudaAttr::host_register_supported:
+      value = d.host_register ? 1 : 0;
+      break;
+    case detail::CudaAttr::stream_mem_ops_64:
+      value = d.stream_mem_ops ? 1 : 0;
+      break;
   }
   return CudaErr::success;
 }
@@ -265,7 +299,7 @@ CudaErr FakeCuda::malloc(void** ptr, std::size_t bytes) noexcept {
   FAKE_ENTER(FakeOp::malloc);
   FakeGpuWorld::Allocation a;
   a.owner = id_;
-  a.device = world_device(current_);
+  a.device = world_device(cur());
   a.storage.reset(new (std::nothrow) std::byte[bytes]());
   if (!a.storage) return ret(CudaErr::memory_allocation);
   a.bytes = bytes;
@@ -276,6 +310,7 @@ CudaErr FakeCuda::malloc(void** ptr, std::size_t bytes) noexcept {
 
 CudaErr FakeCuda::free(void* ptr) noexcept {
   FAKE_ENTER(FakeOp::free);
+  (void)cur();
   for (auto it = world_->allocations_.begin(); it != world_->allocations_.end(); ++it) {
     auto& a = it->second;
     if (a.storage.get() != ptr || a.owner != id_ || a.freed) continue;
@@ -292,6 +327,7 @@ CudaErr FakeCuda::free(void* ptr) noexcept {
 
 CudaErr FakeCuda::ipc_get_mem_handle(detail::CudaIpcMemHandle& handle, void* ptr) noexcept {
   FAKE_ENTER(FakeOp::ipc_get_mem_handle);
+  (void)cur();
   for (auto& [id, a] : world_->allocations_) {
     if (a.storage.get() == ptr && a.owner == id_ && !a.freed) {
       encode(handle.bytes, kMemMagic, static_cast<std::uint64_t>(id_), id);
@@ -312,18 +348,20 @@ CudaErr FakeCuda::ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle
   }
   auto& a = it->second;
   if (a.owner == id_) return ret(CudaErr::device_uninitialized);  // own handle: invalid context
-  for (auto& [p, m] : mappings_) {
-    if (m.allocation != id) continue;
+  // Mappings belong to the context that opened them (one per device here): a second open in the
+  // same context is reference counted (CUDA 11+) or cudaErrorAlreadyMapped (older drivers).
+  const int ordinal = cur();
+  if (auto m = mappings_.find({a.storage.get(), ordinal}); m != mappings_.end()) {
     if (world_->already_mapped_mode) return ret(CudaErr::already_mapped);
-    ++m.refs;
-    *ptr = p;
+    ++m->second.refs;
+    *ptr = a.storage.get();
     return CudaErr::success;
   }
-  const int here = world_device(current_);
+  const int here = world_device(ordinal);
   if (here != a.device && world_->peers_.count({here, a.device}) == 0) {
     return ret(CudaErr::peer_access_unsupported);
   }
-  mappings_[a.storage.get()] = Mapping{id, current_, 1};
+  mappings_[{a.storage.get(), ordinal}] = Mapping{id, ordinal, 1};
   ++a.mappings;
   *ptr = a.storage.get();
   return CudaErr::success;
@@ -331,10 +369,14 @@ CudaErr FakeCuda::ipc_open_mem_handle(void** ptr, const detail::CudaIpcMemHandle
 
 CudaErr FakeCuda::ipc_close_mem_handle(void* ptr) noexcept {
   FAKE_ENTER(FakeOp::ipc_close_mem_handle);
-  auto it = mappings_.find(ptr);
-  if (it == mappings_.end()) return ret(CudaErr::invalid_value);
-  if (it->second.device != current_) {
-    ++world_->wrong_device_closes_;
+  auto it = mappings_.find({ptr, cur()});
+  if (it == mappings_.end()) {
+    for (const auto& [key, m] : mappings_) {
+      if (key.first == ptr) {
+        ++world_->wrong_device_closes_;  // mapped, but in another device's context
+        break;
+      }
+    }
     return ret(CudaErr::invalid_value);
   }
   if (--it->second.refs > 0) return CudaErr::success;
@@ -352,16 +394,17 @@ CudaErr FakeCuda::create_ipc_event(CudaEvent& event) noexcept {
   const std::uint64_t ev = world_->next_id_++;
   FakeGpuWorld::EventState st;
   st.owner = id_;
-  st.device = world_device(current_);
+  st.device = world_device(cur());
   world_->events_[ev] = st;
   const std::uint64_t h = world_->next_id_++;
-  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, world_device(current_), false};
+  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, st.device, false};
   event = to_event(h);
   return CudaErr::success;
 }
 
 CudaErr FakeCuda::destroy_event(CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::destroy_event);
+  (void)cur();
   auto it = world_->handles_.find(from_event(event));
   if (it == world_->handles_.end() || it->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -382,29 +425,23 @@ CudaErr FakeCuda::record_event(CudaEvent event, CudaStream stream) noexcept {
     ++world_->use_after_destroy_;
     return ret(CudaErr::invalid_resource_handle);
   }
-  std::uint64_t sid = 0;
-  if (stream == nullptr) {
-    sid = world_->legacy_stream(id_, world_device(current_));
-  } else {
-    sid = from_stream(stream);
-    auto s = world_->streams_.find(sid);
-    if (s == world_->streams_.end() || s->second.process != id_) {
-      return ret(CudaErr::invalid_resource_handle);
-    }
-  }
+  const std::uint64_t sid = legacy(stream);
+  if (sid == 0) return ret(CudaErr::invalid_resource_handle);
   if (world_->streams_.at(sid).device != h->second.device) {
     return ret(CudaErr::invalid_resource_handle);  // event and stream of different devices
   }
   FakeGpuWorld::Op op;
   op.kind = FakeGpuWorld::Op::Kind::record;
   op.event = h->second.event;
-  op.seq = ++ev.issued;
-  world_->push(sid, std::move(op));
+  op.process = id_;
+  ev.latest_record = world_->push(sid, std::move(op));
+  world_->advance();
   return CudaErr::success;
 }
 
 CudaErr FakeCuda::query_event(CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::query_event);
+  (void)cur();
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -415,20 +452,23 @@ CudaErr FakeCuda::query_event(CudaEvent event) noexcept {
     return ret(CudaErr::invalid_resource_handle);
   }
   world_->advance();
-  return ev.completed >= ev.issued ? CudaErr::success : CudaErr::not_ready;
+  return ev.latest_record == 0 || world_->ops_.at(ev.latest_record).done ? CudaErr::success
+                                                                         : CudaErr::not_ready;
 }
 
 CudaErr FakeCuda::synchronize_event(CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::synchronize_event);
+  (void)cur();
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
   }
   const auto& ev = world_->events_.at(h->second.event);
   world_->advance();
-  if (ev.completed >= ev.issued) return CudaErr::success;
+  auto complete = [&] { return ev.latest_record == 0 || world_->ops_.at(ev.latest_record).done; };
+  if (complete()) return CudaErr::success;
   world_->finish_local_work_before(0, 0, id_);
-  if (ev.completed >= ev.issued) return CudaErr::success;
+  if (complete()) return CudaErr::success;
   ++world_->hangs_;
   return ret(CudaErr::unknown);
 }
@@ -436,6 +476,7 @@ CudaErr FakeCuda::synchronize_event(CudaEvent event) noexcept {
 CudaErr FakeCuda::ipc_get_event_handle(detail::CudaIpcEventHandle& handle,
                                        CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::ipc_get_event_handle);
+  (void)cur();
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_ || h->second.imported) {
     return ret(CudaErr::invalid_resource_handle);
@@ -456,7 +497,7 @@ CudaErr FakeCuda::ipc_open_event_handle(CudaEvent& event,
   }
   if (it->second.owner == id_) return ret(CudaErr::device_uninitialized);
   const std::uint64_t h = world_->next_id_++;
-  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, world_device(current_), true};
+  world_->handles_[h] = FakeGpuWorld::Handle{id_, ev, world_device(cur()), true};
   event = to_event(h);
   return CudaErr::success;
 }
@@ -466,7 +507,7 @@ CudaErr FakeCuda::create_stream(CudaStream& stream) noexcept {
   const std::uint64_t id = world_->next_id_++;
   FakeGpuWorld::Stream s;
   s.process = id_;
-  s.device = world_device(current_);
+  s.device = world_device(cur());
   s.nonblocking = true;
   world_->streams_[id] = std::move(s);
   stream = to_stream(id);
@@ -475,6 +516,7 @@ CudaErr FakeCuda::create_stream(CudaStream& stream) noexcept {
 
 CudaErr FakeCuda::destroy_stream(CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::destroy_stream);
+  (void)cur();
   auto s = world_->streams_.find(from_stream(stream));
   if (s == world_->streams_.end() || s->second.process != id_ || s->second.destroyed) {
     return ret(CudaErr::invalid_resource_handle);
@@ -494,29 +536,21 @@ CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept
     ++world_->use_after_destroy_;
     return ret(CudaErr::invalid_resource_handle);
   }
-  std::uint64_t sid = 0;
-  if (stream == nullptr) {
-    sid = world_->legacy_stream(id_, world_device(current_));
-  } else {
-    sid = from_stream(stream);
-    auto s = world_->streams_.find(sid);
-    if (s == world_->streams_.end() || s->second.process != id_) {
-      return ret(CudaErr::invalid_resource_handle);
-    }
-  }
-  if (ev.issued == 0) return CudaErr::success;  // never recorded: nothing to wait for
+  const std::uint64_t sid = legacy(stream);
+  if (sid == 0) return ret(CudaErr::invalid_resource_handle);
+  if (ev.latest_record == 0) return CudaErr::success;  // never recorded: nothing to wait for
   FakeGpuWorld::Op op;
   op.kind = FakeGpuWorld::Op::Kind::wait;
   op.event = h->second.event;
-  op.seq = ev.issued;
+  op.record = ev.latest_record;  // captured now: later records do not change what it waits for
+  op.process = id_;
   world_->push(sid, std::move(op));
   return CudaErr::success;
 }
 
 CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::stream_synchronize);
-  const std::uint64_t sid =
-      stream == nullptr ? world_->legacy_stream(id_, world_device(current_)) : from_stream(stream);
+  const std::uint64_t sid = stream == nullptr ? legacy(nullptr) : from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -527,6 +561,110 @@ CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
   if (s->second.ops.empty()) return CudaErr::success;
   ++world_->hangs_;
   return ret(CudaErr::unknown);
+}
+
+int FakeCuda::cur() {
+  auto it = ctx_.find(std::this_thread::get_id());
+  if (it != ctx_.end()) return it->second.ordinal;
+  ++world_->implicit_inits_;  // the runtime would bind device 0's primary context here
+  ctx_[std::this_thread::get_id()] = Ctx{1, 0};
+  return 0;
+}
+
+std::uint64_t FakeCuda::legacy(CudaStream stream) {
+  if (stream == nullptr) return world_->legacy_stream(id_, world_device(cur()));
+  const std::uint64_t sid = from_stream(stream);
+  auto s = world_->streams_.find(sid);
+  if (s == world_->streams_.end() || s->second.process != id_) return 0;
+  return sid;
+}
+
+CudaErr FakeCuda::get_context(detail::CudaContext& context) noexcept {
+  FAKE_ENTER(FakeOp::get_context);
+  auto it = ctx_.find(std::this_thread::get_id());
+  context = it == ctx_.end()
+                ? nullptr
+                : reinterpret_cast<detail::CudaContext>(static_cast<std::uintptr_t>(it->second.id));
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::set_context(detail::CudaContext context) noexcept {
+  FAKE_ENTER(FakeOp::set_context);
+  const auto id = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(context));
+  if (id == 0) {
+    ctx_.erase(std::this_thread::get_id());
+    return CudaErr::success;
+  }
+  int ordinal = 0;
+  if (auto u = user_contexts_.find(id); u != user_contexts_.end()) {
+    ordinal = u->second;
+  } else if (id >= 1 && id <= visible_.size()) {
+    ordinal = static_cast<int>(id - 1);
+  } else {
+    return ret(CudaErr::invalid_value);
+  }
+  ctx_[std::this_thread::get_id()] = Ctx{id, ordinal};
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::host_register(void* ptr, std::size_t bytes) noexcept {
+  FAKE_ENTER(FakeOp::host_register);
+  (void)cur();
+  const auto a = reinterpret_cast<std::uintptr_t>(ptr);
+  for (const auto& [key, size] : world_->registered_) {
+    if (key.first == id_ && a < key.second + size && key.second < a + bytes) {
+      return ret(CudaErr::host_memory_already_registered);
+    }
+  }
+  world_->registered_[{id_, a}] = bytes;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::host_unregister(void* ptr) noexcept {
+  FAKE_ENTER(FakeOp::host_unregister);
+  (void)cur();
+  auto it = world_->registered_.find({id_, reinterpret_cast<std::uintptr_t>(ptr)});
+  if (it == world_->registered_.end()) return ret(CudaErr::host_memory_not_registered);
+  world_->registered_.erase(it);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::host_device_pointer(void** device_ptr, void* host_ptr) noexcept {
+  FAKE_ENTER(FakeOp::host_device_pointer);
+  (void)cur();
+  if (!world_->registered(id_, host_ptr, 1)) return ret(CudaErr::invalid_value);
+  *device_ptr = host_ptr;  // unified addressing: the same address
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,
+                                       std::uint64_t value) noexcept {
+  FAKE_ENTER(FakeOp::stream_write_value64);
+  const std::uint64_t sid = legacy(stream);
+  if (sid == 0) return ret(CudaErr::invalid_resource_handle);
+  if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::write_value;
+  op.addr = static_cast<std::uint64_t*>(device_ptr);
+  op.value = value;
+  op.process = id_;
+  world_->push(sid, std::move(op));
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::stream_wait_value64(CudaStream stream, void* device_ptr,
+                                      std::uint64_t value) noexcept {
+  FAKE_ENTER(FakeOp::stream_wait_value64);
+  const std::uint64_t sid = legacy(stream);
+  if (sid == 0) return ret(CudaErr::invalid_resource_handle);
+  if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::wait_value;
+  op.addr = static_cast<std::uint64_t*>(device_ptr);
+  op.value = value;
+  op.process = id_;
+  world_->push(sid, std::move(op));
+  return CudaErr::success;
 }
 
 CudaErr FakeCuda::get_last_error() noexcept {
@@ -564,6 +702,10 @@ const char* FakeCuda::error_name(CudaErr err) noexcept {
       return "cudaErrorInvalidResourceHandle";
     case CudaErr::not_ready:
       return "cudaErrorNotReady";
+    case CudaErr::host_memory_already_registered:
+      return "cudaErrorHostMemoryAlreadyRegistered";
+    case CudaErr::host_memory_not_registered:
+      return "cudaErrorHostMemoryNotRegistered";
     case CudaErr::not_supported:
       return "cudaErrorNotSupported";
     case CudaErr::unknown:
@@ -581,7 +723,8 @@ CudaStream FakeCuda::make_stream(bool nonblocking) {
   const std::uint64_t id = world_->next_id_++;
   FakeGpuWorld::Stream s;
   s.process = id_;
-  s.device = world_device(current_);
+  auto c = ctx_.find(std::this_thread::get_id());
+  s.device = world_device(c == ctx_.end() ? 0 : c->second.ordinal);
   s.nonblocking = nonblocking;
   world_->streams_[id] = std::move(s);
   return to_stream(id);
@@ -589,8 +732,10 @@ CudaStream FakeCuda::make_stream(bool nonblocking) {
 
 std::uint64_t FakeCuda::launch(CudaStream stream, bool held) {
   std::lock_guard lock(world_->mutex_);
+  auto c = ctx_.find(std::this_thread::get_id());
+  const int ordinal = c == ctx_.end() ? 0 : c->second.ordinal;
   const std::uint64_t sid =
-      stream == nullptr ? world_->legacy_stream(id_, world_device(current_)) : from_stream(stream);
+      stream == nullptr ? world_->legacy_stream(id_, world_device(ordinal)) : from_stream(stream);
   FakeGpuWorld::Op op;
   op.kind = FakeGpuWorld::Op::Kind::work;
   op.held = held;
@@ -627,6 +772,9 @@ void FakeCuda::kill() {
     }
   }
   mappings_.clear();
+  for (auto it = world_->registered_.begin(); it != world_->registered_.end();) {
+    it = it->first.first == id_ ? world_->registered_.erase(it) : std::next(it);
+  }
   for (auto it = world_->allocations_.begin(); it != world_->allocations_.end();) {
     if (it->second.owner == id_ && it->second.mappings == 0) {
       it = world_->allocations_.erase(it);
@@ -655,7 +803,24 @@ int FakeCuda::open_mappings() const {
 
 int FakeCuda::current_device() const {
   std::lock_guard lock(world_->mutex_);
-  return current_;
+  auto it = ctx_.find(std::this_thread::get_id());
+  return it == ctx_.end() ? -1 : it->second.ordinal;
+}
+
+detail::CudaContext FakeCuda::make_context(int ordinal) {
+  std::lock_guard lock(world_->mutex_);
+  const std::uint64_t id = next_context_++;
+  user_contexts_[id] = ordinal;
+  return reinterpret_cast<detail::CudaContext>(static_cast<std::uintptr_t>(id));
+}
+
+int FakeCuda::registrations() const {
+  std::lock_guard lock(world_->mutex_);
+  int n = 0;
+  for (const auto& [key, bytes] : world_->registered_) {
+    if (key.first == id_) ++n;
+  }
+  return n;
 }
 
 }  // namespace ipcring::test

@@ -13,14 +13,26 @@
 //    "process" is read by the other. A mapping must be closed with the device that was current at
 //    open, else the close fails and `wrong_device_closes` counts it.
 //  * Streams are ordered queues of operations: work (a "kernel" the test launches and may hold
-//    until it calls finish()), event records, and event waits. An operation runs when everything
+//    until it calls finish()), event records and waits, and stream memory operations (64-bit
+//    write, and wait until (int64_t)(*addr - value) >= 0). An operation runs when everything
 //    before it in its stream ran (and, for the legacy default stream, the work queued before it in
-//    the process's blocking streams; and the other way round). A record completes the event up to
-//    its sequence number; a wait passes once the event completed up to the record it captured (a
-//    newer completed record satisfies it: the monotonic-semaphore model the pool's rescue relies
-//    on).
-//  * A killed process's streams never run again (its pending records never complete); its
-//    events are destroyed and its mappings dropped, as when the driver tears a context down.
+//    the process's blocking streams; and the other way round).
+//  * Events follow the runtime's documentation and nothing more: cudaStreamWaitEvent and
+//    cudaEventQuery use the record captured at the time of the call ("the most recently captured
+//    state at the time of the API call ... not affected by later calls to cudaEventRecord"), so a
+//    later record never releases a wait queued on an earlier one. A record on a stream that never
+//    runs again never completes.
+//  * Stream memory operations need registered host memory (host_register) and the device address
+//    host_device_pointer gave; a write that runs after its range was unregistered is a fault and
+//    counts in `unregistered_writes`. A wait reads the word whenever the world advances, so a CPU
+//    store to the word (a reaper's) releases it at the next API call or done().
+//  * Contexts are per thread, as in the driver: set_device makes a device's primary context
+//    current; a thread with no current context that makes a device-dependent call gets device 0's
+//    primary context implicitly (counted in `implicit_inits`: the pool must never cause one);
+//    make_context() gives a non-primary context a test can make current.
+//  * A killed process's streams never run again (its pending records and writes never happen);
+//    its events are destroyed, its mappings and registrations dropped, as when the driver tears a
+//    context down.
 //  * Anything that would block forever (synchronising on work that waits for another process)
 //    returns CudaErr::unknown and counts in `hangs`, so a test fails instead of hanging.
 //  * fail(op, err, times) injects errors.
@@ -34,6 +46,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/cuda_api.hpp"
@@ -66,6 +79,13 @@ enum class FakeOp {
   destroy_stream,
   stream_wait_event,
   stream_synchronize,
+  get_context,
+  set_context,
+  host_register,
+  host_unregister,
+  host_device_pointer,
+  stream_write_value64,
+  stream_wait_value64,
   count_
 };
 
@@ -74,6 +94,8 @@ struct FakeDevice {
   bool integrated = false;
   bool unified_addressing = true;
   bool ipc_events = true;
+  bool host_register = true;
+  bool stream_mem_ops = true;
 };
 
 class FakeCuda;
@@ -97,6 +119,8 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   int hangs() const;
   int freed_while_mapped() const;
   int use_after_destroy() const;
+  int unregistered_writes() const;
+  int implicit_inits() const;
   std::uint64_t bytes_allocated(void* ptr) const;  // size of the allocation at `ptr` (0: none)
 
  private:
@@ -115,13 +139,15 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
     int owner = 0;
     int device = 0;  // world index
     bool destroyed = false;
-    std::uint64_t issued = 0;     // sequence of the newest record
-    std::uint64_t completed = 0;  // highest sequence completed
+    std::uint64_t latest_record = 0;  // op id of the newest record (0: never recorded)
   };
   struct Op {
-    enum class Kind { work, record, wait } kind = Kind::work;
+    enum class Kind { work, record, wait, write_value, wait_value } kind = Kind::work;
     std::uint64_t event = 0;
-    std::uint64_t seq = 0;  // record: its sequence; wait: the sequence it waits for
+    std::uint64_t record = 0;       // wait: the record op it captured
+    std::uint64_t* addr = nullptr;  // write_value / wait_value
+    std::uint64_t value = 0;
+    int process = 0;
     bool held = false;
     bool done = false;
     std::vector<std::uint64_t> deps;
@@ -165,6 +191,11 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   int hangs_ = 0;
   int freed_while_mapped_ = 0;
   int use_after_destroy_ = 0;
+  int unregistered_writes_ = 0;
+  int implicit_inits_ = 0;
+  // Registered host ranges: (process, base) -> bytes.
+  std::map<std::pair<int, std::uintptr_t>, std::size_t> registered_;
+  bool registered(int process, const void* p, std::size_t bytes) const;
 };
 
 class FakeCuda final : public detail::CudaApi {
@@ -194,6 +225,15 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr destroy_stream(CudaStream stream) noexcept override;
   CudaErr stream_wait_event(CudaStream stream, CudaEvent event) noexcept override;
   CudaErr stream_synchronize(CudaStream stream) noexcept override;
+  CudaErr get_context(detail::CudaContext& context) noexcept override;
+  CudaErr set_context(detail::CudaContext context) noexcept override;
+  CudaErr host_register(void* ptr, std::size_t bytes) noexcept override;
+  CudaErr host_unregister(void* ptr) noexcept override;
+  CudaErr host_device_pointer(void** device_ptr, void* host_ptr) noexcept override;
+  CudaErr stream_write_value64(CudaStream stream, void* device_ptr,
+                               std::uint64_t value) noexcept override;
+  CudaErr stream_wait_value64(CudaStream stream, void* device_ptr,
+                              std::uint64_t value) noexcept override;
   CudaErr get_last_error() noexcept override;
   const char* error_name(CudaErr err) noexcept override;
 
@@ -212,7 +252,12 @@ class FakeCuda final : public detail::CudaApi {
   int calls(FakeOp op) const;
   int open_mappings() const;  // memory handles this process has open
   int process_id() const { return id_; }
+  // The calling thread's current device (-1: no current context).
   int current_device() const;
+  // A non-primary context on `ordinal` (as cuCtxCreate would make); make it current with
+  // set_context().
+  detail::CudaContext make_context(int ordinal);
+  int registrations() const;  // host ranges this process has registered
 
  private:
   friend class FakeGpuWorld;
@@ -223,11 +268,23 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr enter(FakeOp op);
   CudaErr ret(CudaErr e);  // remembers e as the last error
   int world_device(int ordinal) const { return visible_[static_cast<std::size_t>(ordinal)]; }
+  // The calling thread's current ordinal; a thread without a context gets device 0's primary
+  // context implicitly (and the world counts it). Called with the world mutex held.
+  int cur();
+  std::uint64_t legacy(CudaStream stream);  // stream id; nullptr: the current legacy stream
 
   std::shared_ptr<FakeGpuWorld> world_;
   int id_;
   std::vector<int> visible_;
-  int current_ = 0;  // ordinal
+  // Per thread: the current context id (primary context of ordinal d: d + 1; others from
+  // make_context) and its ordinal.
+  struct Ctx {
+    std::uint64_t id = 0;
+    int ordinal = 0;
+  };
+  std::map<std::thread::id, Ctx> ctx_;
+  std::map<std::uint64_t, int> user_contexts_;  // id -> ordinal
+  std::uint64_t next_context_ = 1000;
   CudaErr last_error_ = CudaErr::success;
   std::array<int, static_cast<std::size_t>(FakeOp::count_)> calls_{};
   std::map<FakeOp, std::pair<CudaErr, int>> inject_;
@@ -236,7 +293,7 @@ class FakeCuda final : public detail::CudaApi {
     int device = 0;  // ordinal current at open
     int refs = 0;
   };
-  std::map<void*, Mapping> mappings_;
+  std::map<std::pair<void*, int>, Mapping> mappings_;  // key: (pointer, ordinal of the context)
 };
 
 }  // namespace ipcring::test

@@ -1,9 +1,11 @@
 // cuda_api.hpp — the narrow CUDA interface of the CUDA frame pool.
 //
-// The pool (cuda_pool.cpp) makes exactly these calls and no others. Two implementations exist:
-// cuda_api_cudart.cpp forwards each call to the CUDA runtime (libcudart, never libcuda: the build
-// links CUDA::cudart only), and tests/unit/fake_cuda.cpp simulates devices, IPC handles, events
-// and streams in host memory so the import cache, the fences and the lifetime rules are tested on
+// The pools (cuda_producer_pool.cpp, cuda_reader_pool.cpp) make exactly these calls and no others.
+// Two implementations exist: cuda_api_cudart.cpp forwards each call to the CUDA runtime, linked
+// statically into the module libipcring_cuda.so (driver functions through entry points loaded at
+// run time: never a link against libcuda), and tests/unit/fake_cuda.cpp simulates devices,
+// contexts, IPC handles, events, streams and stream memory operations in host memory, with only
+// the documented semantics, so the import cache, the fences and the lifetime rules are tested on
 // machines without a GPU.
 //
 // This header does not include any CUDA header: the types below mirror the runtime's
@@ -39,6 +41,8 @@ enum class CudaErr : int {
   already_mapped = 208,
   peer_access_unsupported = 217,
   invalid_resource_handle = 400,
+  host_memory_already_registered = 712,
+  host_memory_not_registered = 713,
   not_ready = 600,
   not_supported = 801,
   unknown = 999,
@@ -63,7 +67,15 @@ enum class CudaAttr : int {
   integrated = 18,          // cudaDevAttrIntegrated: shares memory with the host (Jetson, DRIVE)
   unified_addressing = 41,  // cudaDevAttrUnifiedAddressing: required by CUDA IPC
   ipc_event_support = 125,  // cudaDevAttrIpcEventSupport
+  host_register_supported = 99,  // cudaDevAttrHostRegisterSupported: cudaHostRegister works
+  // The driver's CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS (122), read through the driver
+  // entry point cuDeviceGetAttribute (the runtime has no name for it): cuStreamWriteValue64 and
+  // cuStreamWaitValue64 are supported. Offset so it cannot collide with a runtime attribute.
+  stream_mem_ops_64 = 0x10000 + 122,
 };
+
+// An opaque CUcontext (the calling thread's current context; nullptr: none).
+using CudaContext = void*;
 
 class CudaApi {
  public:
@@ -104,6 +116,31 @@ class CudaApi {
   virtual CudaErr stream_wait_event(CudaStream stream, CudaEvent event) noexcept = 0;
   virtual CudaErr stream_synchronize(CudaStream stream) noexcept = 0;
 
+  // Contexts (driver entry points cuCtxGetCurrent / cuCtxSetCurrent). DeviceGuard saves the
+  // thread's current context and restores exactly it, so a caller's non-primary context, or a
+  // thread with no context at all, is left as it was.
+  virtual CudaErr get_context(CudaContext& context) noexcept = 0;
+  virtual CudaErr set_context(CudaContext context) noexcept = 0;
+
+  // Host memory registration (page-locks memory the process already mapped, for every context:
+  // cudaHostRegisterMapped | cudaHostRegisterPortable), and the device address of registered
+  // memory (cudaHostGetDevicePointer, flags 0) for the current device.
+  virtual CudaErr host_register(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual CudaErr host_unregister(void* ptr) noexcept = 0;
+  virtual CudaErr host_device_pointer(void** device_ptr, void* host_ptr) noexcept = 0;
+
+  // Stream memory operations, through driver entry points loaded at run time
+  // (cudaGetDriverEntryPointByVersion; libcuda is never linked). stream nullptr: the legacy
+  // default stream of the current device.
+  //   write: cuStreamWriteValue64(stream, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT): after the
+  //          work queued before it in `stream`, with a memory fence before the write;
+  //   wait:  cuStreamWaitValue64(stream, addr, value, CU_STREAM_WAIT_VALUE_GEQ): work queued
+  //          after it waits until (int64_t)(*addr - value) >= 0.
+  virtual CudaErr stream_write_value64(CudaStream stream, void* device_ptr,
+                                       std::uint64_t value) noexcept = 0;
+  virtual CudaErr stream_wait_value64(CudaStream stream, void* device_ptr,
+                                      std::uint64_t value) noexcept = 0;
+
   // Returns and clears the calling thread's last non-sticky error (cudaGetLastError), so one
   // failed call does not make later, unrelated calls report it.
   virtual CudaErr get_last_error() noexcept = 0;
@@ -111,23 +148,23 @@ class CudaApi {
   virtual const char* error_name(CudaErr err) noexcept = 0;
 };
 
-// Sets the calling thread's current device for a scope and restores the previous one. Used for
-// every call whose meaning depends on the current device (allocation, IPC open and close, event
-// creation, the legacy stream), so the pool never depends on, nor changes, the device the caller
-// happens to have selected.
+// Makes the primary context of `device` current for a scope and restores the thread's previous
+// context exactly (cuCtxGetCurrent before, cuCtxSetCurrent after): a caller's non-primary context
+// stays current, and a thread that had no context (an internal thread, a destructor run on a
+// user's thread that never used CUDA) gets none back, so the runtime never binds device 0's
+// primary context implicitly on ipcring's behalf. Every pool call whose meaning depends on the
+// current context (allocation, registration, IPC open and close, event creation and destruction,
+// the legacy stream) runs under one; so do all calls on internal threads and in destructors.
 class DeviceGuard {
  public:
   DeviceGuard(CudaApi& api, int device) noexcept : api_(api) {
-    int current = -1;
-    err_ = api_.get_device(current);
+    err_ = api_.get_context(previous_);
     if (err_ != CudaErr::success) return;
-    if (current != device) {
-      err_ = api_.set_device(device);
-      if (err_ == CudaErr::success) previous_ = current;
-    }
+    err_ = api_.set_device(device);
+    restore_ = err_ == CudaErr::success;
   }
   ~DeviceGuard() {
-    if (previous_ >= 0) (void)api_.set_device(previous_);
+    if (restore_) (void)api_.set_context(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
@@ -138,7 +175,8 @@ class DeviceGuard {
  private:
   CudaApi& api_;
   CudaErr err_ = CudaErr::success;
-  int previous_ = -1;
+  CudaContext previous_ = nullptr;
+  bool restore_ = false;
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form nvidia-smi prints.

@@ -1,13 +1,17 @@
-// cuda_api_cudart.cpp — CudaApi over the CUDA runtime (libcudart). The only file of the library
-// that includes a CUDA header. It uses runtime entry points only (no libcuda link: the runtime
-// loads the driver itself and reports cudaErrorInsufficientDriver / cudaErrorNoDevice when there is
-// none, so a build with the CUDA backend still runs on machines without a GPU).
+// cuda_api_cudart.cpp — CudaApi over the CUDA runtime: the only source of the module
+// libipcring_cuda.so (cuda_plugin.hpp), and the only file that includes a CUDA header. The module
+// links the runtime statically and never links libcuda: the runtime loads the driver itself and
+// reports cudaErrorInsufficientDriver / cudaErrorNoDevice when there is none, so the module loads
+// and answers on machines without a GPU.
+#include <cuda.h>  // driver types and enums only: the driver is reached through entry points
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 
-#include "backend/cuda/cuda_pool.hpp"
+#include "backend/cuda/cuda_plugin.hpp"
 
 namespace ipcring::detail {
 
@@ -30,6 +34,15 @@ static_assert(static_cast<int>(CudaErr::already_mapped) == cudaErrorAlreadyMappe
 static_assert(static_cast<int>(CudaErr::peer_access_unsupported) == cudaErrorPeerAccessUnsupported);
 static_assert(static_cast<int>(CudaErr::invalid_resource_handle) == cudaErrorInvalidResourceHandle);
 static_assert(static_cast<int>(CudaErr::not_ready) == cudaErrorNotReady);
+static_assert(static_cast<int>(CudaErr::host_memory_already_registered) ==
+              cudaErrorHostMemoryAlreadyRegistered);
+static_assert(static_cast<int>(CudaErr::host_memory_not_registered) ==
+              cudaErrorHostMemoryNotRegistered);
+static_assert(static_cast<int>(CudaAttr::host_register_supported) ==
+              cudaDevAttrHostRegisterSupported);
+static_assert(static_cast<int>(CudaAttr::stream_mem_ops_64) - 0x10000 ==
+              CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+static_assert(sizeof(CUdeviceptr) == sizeof(void*));
 static_assert(static_cast<int>(CudaErr::not_supported) == cudaErrorNotSupported);
 static_assert(static_cast<int>(CudaErr::unknown) == cudaErrorUnknown);
 static_assert(static_cast<int>(CudaAttr::integrated) == cudaDevAttrIntegrated);
@@ -51,6 +64,78 @@ cudaStream_t legacy_if_null(CudaStream s) noexcept {
   return s != nullptr ? s : cudaStreamLegacy;
 }
 
+// Driver entry points, loaded once with cudaGetDriverEntryPointByVersion for the ABI of CUDA 12.0
+// (the v2 stream memory operations; any driver new enough for this runtime has them). Never a
+// link against libcuda.
+using StreamValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+using CtxGetFn = CUresult (*)(CUcontext*);
+using CtxSetFn = CUresult (*)(CUcontext);
+using DeviceGetFn = CUresult (*)(CUdevice*, int);
+using DeviceAttrFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+
+struct DriverEntryPoints {
+  StreamValueFn write_value64 = nullptr;
+  StreamValueFn wait_value64 = nullptr;
+  CtxGetFn ctx_get_current = nullptr;
+  CtxSetFn ctx_set_current = nullptr;
+  DeviceGetFn device_get = nullptr;
+  DeviceAttrFn device_get_attribute = nullptr;
+  cudaError_t error = cudaSuccess;  // of the first lookup that failed
+};
+
+template <class Fn>
+void lookup(const char* symbol, Fn& fn, cudaError_t& error) noexcept {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status);
+  if (e != cudaSuccess || p == nullptr || status != cudaDriverEntryPointSuccess) {
+    if (error == cudaSuccess) error = e != cudaSuccess ? e : cudaErrorNotSupported;
+    (void)cudaGetLastError();
+    return;
+  }
+  fn = reinterpret_cast<Fn>(p);
+}
+
+const DriverEntryPoints& driver() noexcept {
+  static DriverEntryPoints d;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    lookup("cuStreamWriteValue64", d.write_value64, d.error);
+    lookup("cuStreamWaitValue64", d.wait_value64, d.error);
+    lookup("cuCtxGetCurrent", d.ctx_get_current, d.error);
+    lookup("cuCtxSetCurrent", d.ctx_set_current, d.error);
+    lookup("cuDeviceGet", d.device_get, d.error);
+    lookup("cuDeviceGetAttribute", d.device_get_attribute, d.error);
+  });
+  return d;
+}
+
+// CUresult values that mean the same as a runtime error keep their number (success 0, invalid
+// value 1, not supported 801, invalid handle 400); the rest are reported as unknown.
+CudaErr from_driver(CUresult r) noexcept {
+  switch (r) {
+    case CUDA_SUCCESS:
+      return CudaErr::success;
+    case CUDA_ERROR_INVALID_VALUE:
+      return CudaErr::invalid_value;
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return CudaErr::not_supported;
+    case CUDA_ERROR_INVALID_HANDLE:
+      return CudaErr::invalid_resource_handle;
+    case CUDA_ERROR_INVALID_DEVICE:
+      return CudaErr::invalid_device;
+    case CUDA_ERROR_NO_DEVICE:
+      return CudaErr::no_device;
+    default:
+      return CudaErr::unknown;
+  }
+}
+
+CUstream driver_stream(CudaStream s) noexcept {
+  return s != nullptr ? reinterpret_cast<CUstream>(s) : CU_STREAM_LEGACY;
+}
+
 class CudartApi final : public CudaApi {
  public:
   CudaErr get_device_count(int& count) noexcept override {
@@ -65,6 +150,14 @@ class CudartApi final : public CudaApi {
     return wrap(e);
   }
   CudaErr device_attribute(CudaAttr attr, int device, int& value) noexcept override {
+    if (attr == CudaAttr::stream_mem_ops_64) {
+      const DriverEntryPoints& d = driver();
+      if (d.device_get == nullptr || d.device_get_attribute == nullptr) return wrap(d.error);
+      CUdevice dev = 0;
+      if (const CUresult r = d.device_get(&dev, device); r != CUDA_SUCCESS) return from_driver(r);
+      return from_driver(
+          d.device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+    }
     return wrap(cudaDeviceGetAttribute(&value, static_cast<cudaDeviceAttr>(attr), device));
   }
   CudaErr can_access_peer(int device, int peer, int& can) noexcept override {
@@ -123,6 +216,42 @@ class CudartApi final : public CudaApi {
   CudaErr stream_synchronize(CudaStream stream) noexcept override {
     return wrap(cudaStreamSynchronize(legacy_if_null(stream)));
   }
+  CudaErr get_context(CudaContext& context) noexcept override {
+    const DriverEntryPoints& d = driver();
+    if (d.ctx_get_current == nullptr) return wrap(d.error);
+    CUcontext c = nullptr;
+    const CUresult r = d.ctx_get_current(&c);
+    context = c;
+    return from_driver(r);
+  }
+  CudaErr set_context(CudaContext context) noexcept override {
+    const DriverEntryPoints& d = driver();
+    if (d.ctx_set_current == nullptr) return wrap(d.error);
+    return from_driver(d.ctx_set_current(static_cast<CUcontext>(context)));
+  }
+  CudaErr host_register(void* ptr, std::size_t bytes) noexcept override {
+    return wrap(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  }
+  CudaErr host_unregister(void* ptr) noexcept override { return wrap(cudaHostUnregister(ptr)); }
+  CudaErr host_device_pointer(void** device_ptr, void* host_ptr) noexcept override {
+    return wrap(cudaHostGetDevicePointer(device_ptr, host_ptr, 0));
+  }
+  CudaErr stream_write_value64(CudaStream stream, void* device_ptr,
+                               std::uint64_t value) noexcept override {
+    const DriverEntryPoints& d = driver();
+    if (d.write_value64 == nullptr) return wrap(d.error);
+    return from_driver(d.write_value64(driver_stream(stream),
+                                       reinterpret_cast<CUdeviceptr>(device_ptr), value,
+                                       CU_STREAM_WRITE_VALUE_DEFAULT));
+  }
+  CudaErr stream_wait_value64(CudaStream stream, void* device_ptr,
+                              std::uint64_t value) noexcept override {
+    const DriverEntryPoints& d = driver();
+    if (d.wait_value64 == nullptr) return wrap(d.error);
+    return from_driver(d.wait_value64(driver_stream(stream),
+                                      reinterpret_cast<CUdeviceptr>(device_ptr), value,
+                                      CU_STREAM_WAIT_VALUE_GEQ));
+  }
   CudaErr get_last_error() noexcept override { return wrap(cudaGetLastError()); }
   const char* error_name(CudaErr err) noexcept override {
     const char* name = cudaGetErrorName(unwrap(err));
@@ -132,10 +261,20 @@ class CudartApi final : public CudaApi {
 
 }  // namespace
 
-std::shared_ptr<CudaApi> cudart_api() noexcept {
-  // Stateless: one instance for the process, handed out as a non-owning pointer.
-  static CudartApi api;
-  return std::shared_ptr<CudaApi>(std::shared_ptr<CudaApi>{}, &api);
-}
-
 }  // namespace ipcring::detail
+
+// The module's one exported symbol (cuda_plugin.hpp). Stateless API: one instance, never destroyed.
+extern "C" __attribute__((visibility("default"))) ipcring::detail::CudaApi* ipcring_cuda_plugin_api(
+    unsigned abi, const char** why) noexcept {
+  if (abi != ipcring::detail::kCudaPluginAbi) {
+    static char message[160];
+    std::snprintf(message, sizeof message,
+                  "ABI mismatch: the module is of CUDA module ABI %u, this libipcring asks for %u "
+                  "(install the libipcring_cuda.so of the same ipcring version)",
+                  ipcring::detail::kCudaPluginAbi, abi);
+    if (why != nullptr) *why = message;
+    return nullptr;
+  }
+  static ipcring::detail::CudartApi api;
+  return &api;
+}

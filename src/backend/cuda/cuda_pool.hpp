@@ -20,7 +20,8 @@ std::unique_ptr<ProducerPool> make_cuda_producer_pool(const PoolRequest& request
 std::unique_ptr<ReaderPool> make_cuda_reader_pool(const PoolRequest& request,
                                                   std::shared_ptr<CudaApi> api);
 
-// The CUDA runtime binding (cuda_api_cudart.cpp); nullptr in a build without the CUDA backend.
+// The CUDA runtime binding, loaded from libipcring_cuda.so on first use (cuda_loader.cpp); nullptr
+// when the module cannot be loaded (a build without the CUDA backend, or the module is missing).
 std::shared_ptr<CudaApi> cudart_api() noexcept;
 
 // Tests only: while set, the factories of backend/pool.hpp use `api` instead of the CUDA runtime

@@ -7,7 +7,23 @@
 
 #include <ipcring/ipcring.hpp>
 
-int main() {
+// `app --cuda`: asks for Backend::cuda. With a GPU it must work; without one (or without a driver,
+// or with the CUDA Toolkit hidden) it must fail with Errc::unsupported and say why, never crash.
+int cuda_check() {
+  const std::string name = "consumer-cuda-" + std::to_string(getpid());
+  try {
+    auto producer = ipcring::Producer::create(
+        name, {.slots = 4, .max_readers = 1, .frame_bytes = 64, .backend = ipcring::Backend::cuda});
+    std::printf("Backend::cuda works here (a GPU is present)\n");
+    return 0;
+  } catch (const ipcring::Error& e) {
+    std::printf("Backend::cuda: %s\n", e.what());
+    return e.code() == ipcring::Errc::unsupported ? 0 : 3;
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--cuda") == 0) return cuda_check();
   const std::string name = "consumer-" + std::to_string(getpid());
   auto producer =
       ipcring::Producer::create(name, {.slots = 4, .max_readers = 1, .frame_bytes = 64});

@@ -1,0 +1,95 @@
+// cuda_capability.cpp — see cuda_capability.hpp.
+#include "backend/cuda/cuda_capability.hpp"
+
+#include <cstring>
+
+#include "backend/cuda/cuda_common.hpp"
+#include "ipcring/error.hpp"
+
+namespace ipcring::detail::cuda {
+
+int probe_device_count(CudaApi& api, const std::string& ch) {
+  int count = 0;
+  const CudaErr e = api.get_device_count(count);
+  (void)api.get_last_error();
+  if (e == CudaErr::insufficient_driver) {
+    throw Error(Errc::unsupported,
+                ch +
+                    "the CUDA backend needs an NVIDIA driver, and none usable by the CUDA "
+                    "runtime was found (" +
+                    describe(api, e) + ")" + kUseHost);
+  }
+  if (e == CudaErr::no_device || (e == CudaErr::success && count == 0)) {
+    throw Error(Errc::unsupported, ch +
+                                       "the CUDA backend needs a CUDA device, and this process "
+                                       "sees none (cudaErrorNoDevice; check "
+                                       "CUDA_VISIBLE_DEVICES)" +
+                                       kUseHost);
+  }
+  if (e != CudaErr::success) {
+    throw Error(Errc::cuda_error, ch + "cudaGetDeviceCount failed: " + describe(api, e));
+  }
+  return count;
+}
+
+namespace {
+
+// A capability the device must have: attribute `attr` nonzero. An attribute the driver cannot
+// report is treated as present (the call that needs it then fails with its own error).
+void require(CudaApi& api, CudaAttr attr, int device, bool want_nonzero, const std::string& ch,
+             const std::string& why) {
+  int value = want_nonzero ? 1 : 0;
+  if (api.device_attribute(attr, device, value) != CudaErr::success) {
+    (void)api.get_last_error();
+    return;
+  }
+  if ((value != 0) != want_nonzero) {
+    throw Error(Errc::unsupported, ch + "CUDA device " + std::to_string(device) + " " + why);
+  }
+}
+
+}  // namespace
+
+void probe_ipc_support(CudaApi& api, int device, const std::string& ch) {
+  require(api, CudaAttr::integrated, device, false, ch,
+          std::string("is an integrated GPU (Jetson/Orin/DRIVE class), where legacy CUDA IPC "
+                      "(cudaIpcGetMemHandle) is not supported") +
+              kUseHost + " (a CUDA VMM backend for these devices is planned)");
+  require(api, CudaAttr::unified_addressing, device, true, ch,
+          std::string("lacks unified addressing, which CUDA IPC requires") + kUseHost);
+  require(api, CudaAttr::ipc_event_support, device, true, ch,
+          std::string("does not support IPC events") + kUseHost);
+  require(api, CudaAttr::host_register_supported, device, true, ch,
+          std::string("does not support cudaHostRegister, which the release fences need "
+                      "(cudaDevAttrHostRegisterSupported = 0)") +
+              kUseHost);
+  require(api, CudaAttr::stream_mem_ops_64, device, true, ch,
+          std::string("does not support 64-bit stream memory operations "
+                      "(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 0), which the release "
+                      "fences need") +
+              kUseHost);
+  (void)api.get_last_error();
+}
+
+int find_device(CudaApi& api, const CudaUuid& want, int count, const std::string& ch) {
+  int owner = -1;
+  std::string seen;
+  for (int d = 0; d < count; ++d) {
+    CudaUuid u{};
+    if (const CudaErr e = api.device_uuid(d, u); e != CudaErr::success) {
+      throw_call(api, ch, "reading the UUID of CUDA device " + std::to_string(d), e);
+    }
+    seen += (d ? ", " : "") + format_uuid(u) + " (" + std::to_string(d) + ")";
+    if (std::memcmp(u.bytes, want.bytes, sizeof u.bytes) == 0) owner = d;
+  }
+  if (owner < 0) {
+    throw Error(Errc::unsupported,
+                ch + "its frames live on " + format_uuid(want) +
+                    ", which this process cannot see (visible: " + seen +
+                    "); check CUDA_VISIBLE_DEVICES, or read the channel from a process that sees "
+                    "that GPU");
+  }
+  return owner;
+}
+
+}  // namespace ipcring::detail::cuda

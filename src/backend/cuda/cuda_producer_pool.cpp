@@ -1,0 +1,419 @@
+// cuda_producer_pool.cpp — the producer side of the CUDA backend (docs/cuda.md is the long form).
+//
+// Objects. One cudaMalloc per slot (frame_bytes rounded up to 2 MiB), exported once into the
+// slot's CudaSlot; one write-done IPC event per slot (cudaEventInterprocess | DisableTiming),
+// recorded only by the producer, at publish; the control segment host-registered, so the readers'
+// release fence words (cuda_fence.hpp) can be waited on by our streams. Our device's UUID goes
+// into the header.
+//
+// Fences, producer side. prepare_write(slot) runs after the claim (P1), which is ordered after
+// every holder's R5, so its acquire load of release_recorded (F2) sees the bit each holder set
+// after queueing its fence write (F1). For each bit: target = FenceWord(g, q), g the recorder's
+// lease generation (fence_generation, stored before F1), q the slot's last sequence. Word already
+// >= target: done. Otherwise the plain loan reports Status::no_free_slot (after one run of the
+// owner's reaper, which completes the fences of dead readers), and loan(stream) makes `stream` wait
+// on the word (cuStreamWaitValue64, GEQ).
+//
+// Why this cannot hang on a dead reader (invariant 12): every wait is on a word in host memory
+// that the CPU can write. Whoever reaps a dead reader writes FenceWord::reaped(g) into its words
+// (reader_fences_reaped, called by the reaper while it holds the entry), which satisfies every
+// target of that incarnation. While a GPU wait of ours is pending on a word not yet reached, a
+// watchdog thread runs the owner's reaper every tick, so a reader that dies is reaped even if the
+// producer's own thread is blocked (e.g. in cudaStreamSynchronize). No step relies on an IPC event
+// being recorded by another process.
+//
+// Close order. ~CudaProducerPool runs after the core marked the epoch closed (readers stop
+// claiming and skip our events). It stops the watchdog, then waits (kTeardownWait at most) until,
+// per slot: no reader holds it, every recorded fence and every GPU wait we queued reached its
+// target, and our last write-done record completed. Slots that got there have their event
+// destroyed and their buffer freed (when the last same-process reader lets go of the resources);
+// the others stay allocated for the life of the process, and so does the segment registration when
+// a queued wait may still read it.
+//
+// Hot path. prepare_write when no fence is running, before_publish: no lock, no allocation; CUDA
+// calls only (and none at all for a fence found complete: it is a load of a word).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend/cuda/cuda_capability.hpp"
+#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/cuda_fence.hpp"
+#include "backend/cuda/cuda_handles.hpp"
+#include "backend/cuda/cuda_import.hpp"
+#include "backend/cuda/cuda_pool.hpp"
+#include "common/clock.hpp"
+#include "ipcring/error.hpp"
+
+namespace ipcring::detail {
+
+namespace {
+
+using namespace cuda;
+
+class CudaProducerPool final : public ProducerPool {
+ public:
+  CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaApi> api);
+  ~CudaProducerPool() override;
+  CudaProducerPool(const CudaProducerPool&) = delete;
+  CudaProducerPool& operator=(const CudaProducerPool&) = delete;
+
+  std::byte* buffer(std::uint32_t slot) noexcept override {
+    return static_cast<std::byte*>(res_->buffers[slot]);
+  }
+  Status prepare_write(std::uint32_t slot, CudaStream stream) noexcept override;
+  Status before_publish(std::uint32_t slot, CudaStream stream) noexcept override;
+
+ private:
+  std::size_t index(std::uint32_t slot, std::uint32_t reader) const noexcept {
+    return std::size_t{slot} * readers_ + reader;
+  }
+  std::atomic<std::uint64_t>& fence(std::uint32_t slot, std::uint32_t reader) const noexcept {
+    return view_.cuda_slot(slot).release_fence[reader];
+  }
+  void publish_handles() noexcept;
+  void add_pending(std::uint32_t slot, std::uint32_t reader, std::uint64_t target) noexcept;
+  bool pending_reached(std::size_t i) const noexcept;
+  bool slot_quiet(std::uint32_t slot) const noexcept;
+  void watchdog() noexcept;
+
+  std::shared_ptr<CudaApi> api_;
+  SegmentView view_;
+  std::string name_;
+  int device_;
+  std::uint32_t slots_;
+  std::uint32_t readers_;
+  std::uint64_t fork_gen_;
+  std::function<void()> reap_;
+  std::shared_ptr<ProducerResources> res_;
+  bool handles_published_ = false;
+  std::uint64_t instance_ = 0;  // ours, as published in memory_generation
+  ErrorLog log_;
+
+  // GPU waits we queued on readers' fence words: pending_[slot * readers + reader] is the target
+  // plus one (0: none). Written by the producer thread; read and cleared by the watchdog.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> pending_;
+  std::atomic<std::uint32_t> pending_count_{0};
+  std::unique_ptr<std::thread> watchdog_;
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_cv_;
+  bool stop_ = false;  // guarded by watchdog_mutex_
+  std::chrono::nanoseconds tick_;
+};
+
+CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaApi> api)
+    : api_(std::move(api)),
+      view_(req.view),
+      name_(req.name),
+      device_(req.cuda_device),
+      slots_(req.view.geo.slots),
+      readers_(req.view.geo.max_readers),
+      fork_gen_(fork_generation()),
+      reap_(req.reap),
+      log_(req.name) {
+  const std::string ch = channel_prefix(name_);
+  CudaApi& api_ref = *api_;
+  const int count = probe_device_count(api_ref, ch);
+  if (device_ < 0 || device_ >= count) {
+    throw Error(Errc::invalid_config,
+                ch + "cuda_device = " + std::to_string(device_) + ", but this process sees " +
+                    std::to_string(count) + " CUDA device(s) (ordinals 0.." +
+                    std::to_string(count - 1) + "; see CUDA_VISIBLE_DEVICES)");
+  }
+  probe_ipc_support(api_ref, device_, ch);
+  CudaUuid uuid{};
+  if (const CudaErr e = api_ref.device_uuid(device_, uuid); e != CudaErr::success) {
+    throw_call(api_ref, ch, "reading the UUID of CUDA device " + std::to_string(device_), e);
+  }
+  SegmentHeader& header = view_.header();
+  if (req.create) {
+    // Plain header field: written before the creator's release store of magic (H1).
+    std::memcpy(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes);
+  } else if (std::memcmp(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes) != 0) {
+    throw Error(Errc::config_mismatch,
+                ch + "its frames live on " + format_uuid(header.cuda_uuid) +
+                    ", but this producer's cuda_device " + std::to_string(device_) + " is " +
+                    format_uuid(uuid) +
+                    "; a takeover must use the same GPU (or remove the channel first)");
+  }
+
+  res_ = std::make_shared<ProducerResources>();
+  res_->api = api_;
+  res_->device = device_;
+  res_->fork_gen = fork_gen_;
+  res_->buffers.assign(slots_, nullptr);
+  res_->write_done.assign(slots_, nullptr);
+  // Until the constructor succeeds, everything allocated is released on failure (nothing else can
+  // have used it yet).
+  res_->releasable.assign(slots_, true);
+  res_->registration = SegmentRegistration::acquire(api_, view_, device_, name_);
+
+  DeviceGuard guard(api_ref, device_);
+  if (!guard.ok())
+    throw_call(api_ref, ch, "cudaSetDevice(" + std::to_string(device_) + ")", guard.error());
+  const std::uint64_t bytes = round_up(view_.geo.frame_bytes, kCudaBufferAlignment);
+  std::vector<SlotHandles> handles(slots_);
+  for (std::uint32_t i = 0; i < slots_; ++i) {
+    const std::string what = "slot " + std::to_string(i) + ": ";
+    if (const CudaErr e = api_ref.malloc(&res_->buffers[i], bytes); e != CudaErr::success) {
+      res_->buffers[i] = nullptr;
+      throw_call(api_ref, ch, what + "cudaMalloc of " + std::to_string(bytes) + " bytes", e);
+    }
+    if (const CudaErr e = api_ref.ipc_get_mem_handle(handles[i].memory, res_->buffers[i]);
+        e != CudaErr::success) {
+      throw_call(api_ref, ch, what + "cudaIpcGetMemHandle", e);
+    }
+    if (const CudaErr e = api_ref.create_ipc_event(res_->write_done[i]); e != CudaErr::success) {
+      res_->write_done[i] = nullptr;
+      throw_call(api_ref, ch, what + "cudaEventCreateWithFlags(interprocess)", e);
+    }
+    if (const CudaErr e = api_ref.ipc_get_event_handle(handles[i].write_done, res_->write_done[i]);
+        e != CudaErr::success) {
+      throw_call(api_ref, ch, what + "cudaIpcGetEventHandle", e);
+    }
+  }
+  pending_.reset(new std::atomic<std::uint64_t>[std::size_t{slots_} * readers_]());
+  const auto period = std::chrono::nanoseconds(view_.header().reap_period_ns);
+  tick_ = std::clamp<std::chrono::nanoseconds>(period / 4, std::chrono::milliseconds(1),
+                                               std::chrono::milliseconds(20));
+
+  // Export: the writer half of the sequence lock (cuda_handles.hpp). Readers accept the handles
+  // only once publish_handles() stores our instance id, at the first loan, after our epoch began.
+  for (std::uint32_t i = 0; i < slots_; ++i) {
+    CudaSlot& cs = view_.cuda_slot(i);
+    cs.memory_generation.store(0, std::memory_order_relaxed);
+    store_handle(cs.memory_handle, handles[i].memory.bytes);
+    store_handle(cs.write_done_handle, handles[i].write_done.bytes);
+    // Fences recorded for an earlier producer's buffers mean nothing for ours. The fence words
+    // stay: sequences keep growing across takeovers, so old values never reach a new target.
+    cs.release_recorded.store(0, std::memory_order_relaxed);
+  }
+  res_->releasable.assign(slots_, false);  // from now on, close decides
+}
+
+CudaProducerPool::~CudaProducerPool() {
+  if (fork_gen_ != fork_generation()) {
+    // A child of fork(): the watchdog thread is the parent's (leak its handle: joining it here
+    // would wait forever); the CUDA objects are the parent's too (~ProducerResources leaves them).
+    (void)watchdog_.release();
+    return;
+  }
+  if (watchdog_) {
+    {
+      std::lock_guard lock(watchdog_mutex_);
+      stop_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_->join();
+  }
+  // Readers saw the epoch close (the core marks it before destroying the pool); wait, bounded, for
+  // what may still use each slot's buffer and event.
+  const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
+  DeviceGuard guard(*api_, device_);  // the event queries below, on whatever thread closes us
+  std::vector<bool> quiet(slots_, false);
+  (void)wait_until(
+      [&] {
+        bool all = true;
+        for (std::uint32_t i = 0; i < slots_; ++i) {
+          if (!quiet[i]) quiet[i] = slot_quiet(i);
+          all = all && quiet[i];
+        }
+        return all;
+      },
+      deadline);
+  bool waits_done = true;
+  for (std::size_t k = 0; k < std::size_t{slots_} * readers_; ++k) {
+    if (!pending_reached(k)) waits_done = false;
+  }
+  std::size_t kept = 0;
+  {
+    std::lock_guard lock(registry_mutex());
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+      res_->releasable[i] = quiet[i];
+      if (!quiet[i]) ++kept;
+    }
+    if (!waits_done) res_->registration->leak();  // a queued wait of ours still reads a word
+    if (handles_published_) local_producers().erase({api_.get(), instance_});
+  }
+  if (kept != 0) {
+    log_.note(
+        "closing: readers or queued GPU work still used some buffers after the teardown wait; "
+        "they stay allocated until this process exits (first such slot shown as 0)",
+        0);
+  }
+}
+
+bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
+  // No reader holds the slot's frame.
+  if (SlotWord::mask(view_.slot(slot).state.load(std::memory_order_acquire)) != 0) return false;
+  // Every fence recorded for it, and every wait we queued on it, reached its target.
+  const CudaSlot& cs = view_.cuda_slot(slot);
+  const std::uint32_t bits = cs.release_recorded.load(std::memory_order_acquire);
+  const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
+  for (std::uint32_t r = 0; r < readers_; ++r) {
+    if (!pending_reached(index(slot, r))) return false;
+    if ((bits & (1U << r)) == 0) continue;
+    const std::uint64_t gen = cs.fence_generation[r].load(std::memory_order_relaxed);
+    if (!FenceWord::reached(fence(slot, r).load(std::memory_order_acquire),
+                            FenceWord::make(gen, seq))) {
+      return false;
+    }
+  }
+  // Our own last write (the producer's queued kernels) finished: readers may still be told to
+  // wait on it, and freeing memory a queued kernel writes is undefined.
+  return event_done(*api_, res_->write_done[slot]);
+}
+
+void CudaProducerPool::publish_handles() noexcept {
+  handles_published_ = true;
+  // The core stored our instance id before the first loan; relaxed: we wrote it.
+  const std::uint64_t instance = view_.producer().instance_id.load(std::memory_order_relaxed);
+  instance_ = instance;
+  try {
+    std::lock_guard lock(registry_mutex());
+    local_producers()[{api_.get(), instance}] = res_;
+  } catch (...) {
+    // Without the entry, a Reader in this process cannot use the shortcut: its open of our
+    // handles fails and it reports backend_error. Nothing else depends on it.
+  }
+  for (std::uint32_t i = 0; i < slots_; ++i) {
+    // Release: a reader that reads this id reads the handles written in the constructor.
+    view_.cuda_slot(i).memory_generation.store(instance, std::memory_order_release);
+  }
+}
+
+bool CudaProducerPool::pending_reached(std::size_t i) const noexcept {
+  const std::uint64_t p = pending_[i].load(std::memory_order_acquire);
+  if (p == 0) return true;
+  const auto slot = static_cast<std::uint32_t>(i / readers_);
+  const auto reader = static_cast<std::uint32_t>(i % readers_);
+  return FenceWord::reached(fence(slot, reader).load(std::memory_order_acquire), p - 1);
+}
+
+void CudaProducerPool::add_pending(std::uint32_t slot, std::uint32_t reader,
+                                   std::uint64_t target) noexcept {
+  // A newer wait on the same word supersedes an older one: its target is at least as far.
+  if (pending_[index(slot, reader)].exchange(target + 1, std::memory_order_acq_rel) == 0) {
+    pending_count_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (!watchdog_ && reap_) {
+    try {
+      watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
+    } catch (...) {
+      // No watchdog: a dead reader's word is completed when someone reaps it (the producer's own
+      // loans reap on their period; ringdump reap; an attaching reader).
+      return;
+    }
+  }
+  watchdog_cv_.notify_one();
+}
+
+Status CudaProducerPool::prepare_write(std::uint32_t slot, CudaStream stream) noexcept {
+  if (!handles_published_) publish_handles();
+  CudaSlot& cs = view_.cuda_slot(slot);
+  // (F2) acquire, pairs with (F1) in the reader's release_fence: the fence write was queued before.
+  std::uint32_t bits = cs.release_recorded.load(std::memory_order_acquire);
+  if (bits == 0) return Status::ok;
+  // Relaxed: the slot's descriptor is ours (W); this is the sequence of its last frame.
+  const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
+  std::uint64_t targets[kMaxReaders] = {};
+  std::uint32_t running = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    running = 0;
+    for (std::uint32_t r = 0; r < readers_; ++r) {
+      const std::uint32_t bit = 1U << r;
+      if ((bits & bit) == 0) continue;
+      // The recorder's generation, stored before its F1 (so visible after our F2).
+      const std::uint64_t target =
+          FenceWord::make(cs.fence_generation[r].load(std::memory_order_relaxed), seq);
+      // (F4) acquire, pairs with the release of the word's writer: the reader's stream (after its
+      // kernels) or a reaper (F3).
+      if (FenceWord::reached(fence(slot, r).load(std::memory_order_acquire), target)) {
+        // Relaxed: the bit is only a hint to look at the word; the word says what is done.
+        cs.release_recorded.fetch_and(~bit, std::memory_order_relaxed);
+        continue;
+      }
+      running |= bit;
+      targets[r] = target;
+    }
+    if (running == 0) return Status::ok;
+    if (pass == 1 || !reap_) break;
+    reap_();  // a recorder that died is reaped now: its words complete (reader_fences_reaped)
+    bits = running & cs.release_recorded.load(std::memory_order_acquire);
+  }
+  if (stream == nullptr) return Status::no_free_slot;  // a GPU may still read the buffer
+  for (std::uint32_t r = 0; r < readers_; ++r) {
+    const std::uint32_t bit = 1U << r;
+    if ((running & bit) == 0) continue;
+    void* addr = res_->registration->device_address(&fence(slot, r));
+    const CudaErr e = api_->stream_wait_value64(stream, addr, targets[r]);
+    if (e != CudaErr::success) {
+      (void)api_->get_last_error();
+      log_.report(*api_, "cuStreamWaitValue64 on a reader's release fence", slot, e);
+      return Status::backend_error;
+    }
+    add_pending(slot, r, targets[r]);
+    cs.release_recorded.fetch_and(~bit, std::memory_order_relaxed);  // the stream carries it now
+  }
+  return Status::ok;
+}
+
+Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream) noexcept {
+  if (!handles_published_) publish_handles();
+  CudaErr e;
+  if (stream != nullptr) {
+    e = api_->record_event(res_->write_done[slot], stream);
+  } else {
+    DeviceGuard guard(*api_, device_);  // the legacy stream of our device's primary context
+    e = guard.ok() ? api_->record_event(res_->write_done[slot], nullptr) : guard.error();
+  }
+  if (e != CudaErr::success) {
+    (void)api_->get_last_error();
+    log_.report(*api_, "cudaEventRecord of the write-done event", slot, e);
+    return Status::backend_error;
+  }
+  return Status::ok;
+}
+
+void CudaProducerPool::watchdog() noexcept {
+  // No CUDA call on this thread: it reads fence words and runs the owner's reaper.
+  std::unique_lock lock(watchdog_mutex_);
+  for (;;) {
+    if (stop_) return;
+    if (pending_count_.load(std::memory_order_acquire) == 0) {
+      watchdog_cv_.wait_for(lock, std::chrono::milliseconds(100));
+      continue;
+    }
+    watchdog_cv_.wait_for(lock, tick_);
+    if (stop_) return;
+    lock.unlock();
+    bool waiting = false;
+    for (std::size_t k = 0; k < std::size_t{slots_} * readers_; ++k) {
+      std::uint64_t p = pending_[k].load(std::memory_order_acquire);
+      if (p == 0) continue;
+      if (pending_reached(k)) {
+        if (pending_[k].compare_exchange_strong(p, 0, std::memory_order_acq_rel)) {
+          pending_count_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+        continue;
+      }
+      waiting = true;
+    }
+    if (waiting) reap_();  // a dead reader found here has its words completed by the reaper
+    lock.lock();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ProducerPool> make_cuda_producer_pool(const PoolRequest& request,
+                                                      std::shared_ptr<CudaApi> api) {
+  return std::make_unique<CudaProducerPool>(request, std::move(api));
+}
+
+}  // namespace ipcring::detail

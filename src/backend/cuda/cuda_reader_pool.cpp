@@ -1,0 +1,383 @@
+// cuda_reader_pool.cpp — the reader side of the CUDA backend (docs/cuda.md is the long form).
+//
+// Import cache. A reader maps a buffer lazily, on its first frame in that slot, and keeps the
+// mapping in a cache keyed by (producer instance, epoch, slot, device): mapped once per process
+// and device (a registry shared by every Reader of the process, because a context may open a given
+// handle only once), closed on detach, or when the slot's frames come from another producer
+// instance/epoch, in the primary context of the device that opened it (DeviceGuard). Devices are
+// matched by UUID, never by ordinal, so CUDA_VISIBLE_DEVICES cannot make a reader open the wrong
+// GPU.
+//
+// Fences both ways.
+//  * Reader waits for the producer: Frame::wait_on(stream) = cudaStreamWaitEvent(stream,
+//    write_done[slot]); only the producer records that event. The slot word's publication (ring.hpp
+//    P2/R3) orders the CPU side; the event orders the GPU side (invariant 3).
+//  * Producer waits for readers: Frame::release(stream) queues on `stream`, after the reader's
+//    kernels, the write of FenceWord(entry generation, frame sequence) into the slot's
+//    release_fence[reader] word of the host-registered control segment (cuStreamWriteValue64), then
+//    (F1) sets bit `reader` of release_recorded, then the caller clears its bit in the slot word
+//    (R5). The producer's side is in cuda_producer_pool.cpp; cuda_fence.hpp defines the word.
+//
+// Detach. ~CudaReaderPool waits (kTeardownWait at most) for the fence words it wrote to be reached,
+// i.e. for its kernels on the released frames to finish. A slot whose fence did not complete keeps
+// its mapping open for the life of the process (never unmapped under a running kernel), and the
+// segment registration stays too (the queued fence write still targets it).
+//
+// Hot path. buffer() on a cache hit, wait_on, release_fence: no lock, no allocation; CUDA calls
+// only (a DeviceGuard's context calls for the legacy stream).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "backend/cuda/cuda_capability.hpp"
+#include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/cuda_fence.hpp"
+#include "backend/cuda/cuda_handles.hpp"
+#include "backend/cuda/cuda_import.hpp"
+#include "backend/cuda/cuda_pool.hpp"
+#include "common/clock.hpp"
+#include "ipcring/error.hpp"
+
+namespace ipcring::detail {
+
+namespace {
+
+using namespace cuda;
+
+class CudaReaderPool final : public ReaderPool {
+ public:
+  CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> api);
+  ~CudaReaderPool() override;
+  CudaReaderPool(const CudaReaderPool&) = delete;
+  CudaReaderPool& operator=(const CudaReaderPool&) = delete;
+
+  const std::byte* buffer(std::uint32_t slot, std::uint64_t epoch,
+                          std::uint64_t producer_instance) noexcept override {
+    SlotCache& c = cache_[slot];
+    if (c.import && c.instance == producer_instance && c.epoch == epoch) {
+      c.held.store(true, std::memory_order_relaxed);  // only this reader's thread sets it
+      return c.import->ptr;
+    }
+    return open_slot(slot, epoch, producer_instance);
+  }
+  Status wait_on(std::uint32_t slot, CudaStream stream) noexcept override;
+  void release_fence(std::uint32_t slot, std::uint32_t reader, CudaStream stream) noexcept override;
+  void attached(std::uint32_t reader) noexcept override {
+    reader_ = reader;
+    // Our own entry: we hold its lease, so its generation is ours until we detach.
+    generation_ =
+        LeaseWord::generation(view_.reader(reader).lease_word.load(std::memory_order_acquire));
+  }
+
+ private:
+  struct SlotCache {
+    std::shared_ptr<Import> import;
+    std::uint64_t instance = 0;
+    std::uint64_t epoch = 0;
+    std::uint64_t fence_written = 0;  // the last fence value our streams were told to write
+    bool fence_queued = false;
+    std::atomic<bool> held{false};  // a Frame of this slot is out (cleared by release_fence)
+  };
+
+  const std::byte* open_slot(std::uint32_t slot, std::uint64_t epoch,
+                             std::uint64_t instance) noexcept;
+  std::shared_ptr<Import> acquire_import(std::uint32_t slot, std::uint64_t epoch,
+                                         std::uint64_t instance, const SlotHandles& handles);
+  bool producer_current(std::uint64_t epoch) const noexcept {
+    return view_.producer().lease_word.load(std::memory_order_acquire) ==
+           LeaseWord::make(epoch, LeaseState::active);
+  }
+  bool fence_done(std::uint32_t slot) const noexcept {
+    const SlotCache& c = cache_[slot];
+    if (!c.fence_queued || reader_ >= readers_) return true;
+    return FenceWord::reached(
+        view_.cuda_slot(slot).release_fence[reader_].load(std::memory_order_acquire),
+        c.fence_written);
+  }
+
+  std::shared_ptr<CudaApi> api_;
+  SegmentView view_;
+  std::string name_;
+  int device_ = 0;  // the device this reader maps buffers into (current at attach)
+  std::uint32_t slots_;
+  std::uint32_t readers_;
+  std::uint32_t reader_ = UINT32_MAX;
+  std::uint64_t generation_ = 0;
+  std::uint64_t fork_gen_;
+  std::unique_ptr<SlotCache[]> cache_;
+  std::uint64_t last_instance_ = 0;
+  std::uint64_t last_epoch_ = 0;
+  std::shared_ptr<SegmentRegistration> registration_;
+  TestBreak break_ = test_break();  // negative controls of the GPU tests only
+  ErrorLog log_;
+};
+
+CudaReaderPool::CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> api)
+    : api_(std::move(api)),
+      view_(req.view),
+      name_(req.name),
+      slots_(req.view.geo.slots),
+      readers_(req.view.geo.max_readers),
+      fork_gen_(fork_generation()),
+      cache_(new SlotCache[req.view.geo.slots]),
+      log_(req.name) {
+  const std::string ch = channel_prefix(name_);
+  CudaApi& api_ref = *api_;
+  const int count = probe_device_count(api_ref, ch);
+  CudaUuid want{};
+  std::memcpy(want.bytes, view_.header().cuda_uuid, sizeof want.bytes);
+  if (std::all_of(std::begin(want.bytes), std::end(want.bytes),
+                  [](unsigned char b) { return b == 0; })) {
+    throw Error(Errc::corrupt_segment, ch + "the header names no CUDA device (zero UUID)");
+  }
+  const int owner = find_device(api_ref, want, count, ch);
+  // The reader's device: the one current on the attaching thread (the runtime's current device;
+  // a thread without a context gets device 0, as the runtime gives it).
+  if (const CudaErr e = api_ref.get_device(device_); e != CudaErr::success) {
+    throw_call(api_ref, ch, "cudaGetDevice", e);
+  }
+  if (device_ != owner) {
+    int can = 0;
+    const CudaErr e = api_ref.can_access_peer(device_, owner, can);
+    (void)api_ref.get_last_error();
+    if (e != CudaErr::success || can == 0) {
+      throw Error(Errc::unsupported,
+                  ch + "its frames live on " + format_uuid(want) + " (CUDA device " +
+                      std::to_string(owner) +
+                      " in this process), but this reader's current "
+                      "device is " +
+                      std::to_string(device_) +
+                      ", which cannot access it peer-to-peer; call cudaSetDevice(" +
+                      std::to_string(owner) + ") before Reader::attach");
+    }
+  }
+  probe_ipc_support(api_ref, device_, ch);
+  registration_ = SegmentRegistration::acquire(api_, view_, device_, name_);
+}
+
+CudaReaderPool::~CudaReaderPool() {
+  if (fork_gen_ != fork_generation()) return;  // a child of fork(): ~Import leaves them alone
+  // Our kernels on released frames must finish before their mappings close: wait for our fence
+  // words. Bounded, because our streams may be stuck (behind a dead producer's write-done event,
+  // or a kernel that never ends); past the bound those mappings stay open.
+  const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
+  bool done[kMaxSlots] = {};  // no allocation in a destructor
+  const bool all = wait_until(
+      [&] {
+        bool ok = true;
+        for (std::uint32_t i = 0; i < slots_; ++i) {
+          if (!done[i]) done[i] = fence_done(i);
+          ok = ok && done[i];
+        }
+        return ok;
+      },
+      deadline);
+  std::size_t kept = 0;
+  {
+    std::lock_guard lock(registry_mutex());
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+      if (!done[i] && cache_[i].import) {
+        keep_mapped(cache_[i].import);  // a kernel of ours may still read it
+        ++kept;
+      }
+      if (done[i] && reader_ < readers_) {
+        // Our fence is complete: the producer need not look at it again (the others stay
+        // recorded, under our generation, until our kernels finish).
+        view_.cuda_slot(i).release_recorded.fetch_and(~(1U << reader_), std::memory_order_relaxed);
+      }
+      cache_[i].import.reset();  // may close the mapping (~Import, with its device)
+    }
+    if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
+    registration_.reset();
+  }
+  if (kept != 0) {
+    log_.note(
+        "detach: kernels of this reader still ran after the teardown wait; their buffers stay "
+        "mapped until this process exits",
+        0);
+  }
+}
+
+std::shared_ptr<Import> CudaReaderPool::acquire_import(std::uint32_t slot, std::uint64_t epoch,
+                                                       std::uint64_t instance,
+                                                       const SlotHandles& handles) {
+  // Called with registry_mutex held.
+  const ImportKey key{api_.get(), instance, epoch, slot, device_};
+  std::shared_ptr<Import> imp = imports()[key].lock();
+  if (imp) return imp;
+  imp = std::make_shared<Import>();
+  imp->api = api_;
+  imp->fork_gen = fork_gen_;
+  imp->device = device_;
+  auto local = local_producers().find({api_.get(), instance});
+  if (local != local_producers().end()) imp->local = local->second.lock();
+  if (imp->local) {
+    imp->ptr = static_cast<std::byte*>(imp->local->buffers[slot]);
+    imp->write_done = imp->local->write_done[slot];
+  } else {
+    DeviceGuard guard(*api_, device_);
+    if (!guard.ok()) {
+      log_.report(*api_, "cudaSetDevice before cudaIpcOpenMemHandle", slot, guard.error());
+      return nullptr;
+    }
+    void* p = nullptr;
+    CudaErr e = api_->ipc_open_mem_handle(&p, handles.memory);
+    if (e != CudaErr::success) {
+      (void)api_->get_last_error();
+      // Every open in this process goes through this registry, which opens a handle once per
+      // device; an already-mapped handle means someone else in the process (user code, another
+      // library) opened it and owns that mapping, which we must not close.
+      log_.report(*api_,
+                  e == CudaErr::already_mapped
+                      ? "cudaIpcOpenMemHandle: the buffer is already mapped in this process "
+                        "outside ipcring"
+                      : "cudaIpcOpenMemHandle",
+                  slot, e);
+      return nullptr;
+    }
+    imp->ptr = static_cast<std::byte*>(p);  // from here on ~Import closes it
+    e = api_->ipc_open_event_handle(imp->write_done, handles.write_done);
+    if (e != CudaErr::success) {
+      imp->write_done = nullptr;
+      (void)api_->get_last_error();
+      log_.report(*api_, "cudaIpcOpenEventHandle (write-done)", slot, e);
+      return nullptr;
+    }
+  }
+  imports()[key] = imp;
+  return imp;
+}
+
+const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epoch,
+                                           std::uint64_t instance) noexcept {
+  SlotCache& c = cache_[slot];
+  try {
+    std::lock_guard lock(registry_mutex());
+    // Another instance or epoch: its mapping goes (closed in ~Import unless another Reader of the
+    // process still uses it) once our kernels on it are done.
+    if (c.import && !fence_done(slot)) keep_mapped(c.import);
+    c.import.reset();
+    c.fence_queued = false;
+    if (instance != last_instance_ || epoch != last_epoch_) {
+      // A new producer instance or epoch: mappings of the old one are useless; close those no
+      // Frame holds and no running fence of ours still covers (the others are closed when their
+      // slot is read again, or at detach).
+      for (std::uint32_t i = 0; i < slots_; ++i) {
+        SlotCache& o = cache_[i];
+        if (o.import && (o.instance != instance || o.epoch != epoch) &&
+            !o.held.load(std::memory_order_acquire) && fence_done(i)) {
+          o.import.reset();
+          o.fence_queued = false;
+        }
+      }
+      last_instance_ = instance;
+      last_epoch_ = epoch;
+    }
+    SlotHandles handles;
+    if (!read_handles(view_.cuda_slot(slot), instance, handles)) {
+      log_.note(
+          "the slot's CUDA handles belong to another producer instance (takeover in "
+          "progress); frame dropped",
+          slot);
+      return nullptr;
+    }
+    // The handles are this producer's; the frame must be of its epoch too (a reader that has not
+    // yet noticed a takeover may claim a frame of the previous producer).
+    if (!producer_current(epoch)) return nullptr;
+    std::shared_ptr<Import> imp = acquire_import(slot, epoch, instance, handles);
+    if (!imp) return nullptr;
+    c.import = std::move(imp);
+    c.instance = instance;
+    c.epoch = epoch;
+    c.held.store(true, std::memory_order_relaxed);
+    return c.import->ptr;
+  } catch (...) {
+    log_.note("out of memory while mapping a buffer", slot);
+    return nullptr;
+  }
+}
+
+Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
+  const SlotCache& c = cache_[slot];
+  if (!c.import) return Status::backend_error;
+  // A producer that closed waited for its writes before destroying its events; one that was
+  // replaced is gone with its events. Either way there is nothing left to wait for, and its event
+  // must not be used.
+  if (!producer_current(c.epoch)) return Status::ok;
+  if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
+  CudaErr e;
+  if (stream != nullptr) {
+    e = api_->stream_wait_event(stream, c.import->write_done);
+  } else {
+    DeviceGuard guard(*api_, device_);
+    e = guard.ok() ? api_->stream_wait_event(nullptr, c.import->write_done) : guard.error();
+  }
+  if (e != CudaErr::success) {
+    (void)api_->get_last_error();
+    log_.report(*api_, "cudaStreamWaitEvent on the write-done event", slot, e);
+    return Status::backend_error;
+  }
+  return Status::ok;
+}
+
+void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
+                                   CudaStream stream) noexcept {
+  SlotCache& c = cache_[slot];
+  if (c.import && reader < readers_ && reader == reader_ && producer_current(c.epoch)) {
+    // While we hold our bit the slot cannot be reused: its descriptor is our frame's.
+    const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
+    const std::uint64_t value = FenceWord::make(generation_, seq);
+    std::atomic<std::uint64_t>& word = view_.cuda_slot(slot).release_fence[reader];
+    void* addr = registration_->device_address(&word);
+    // stream nullptr (Frame::release()): the legacy default stream of our device, which orders the
+    // write after the work queued so far on the legacy stream and on every blocking stream of this
+    // process. Work on non-blocking streams needs release(stream). Any stream of any device may
+    // write the word (the registration is portable).
+    CudaErr e;
+    if (break_ == TestBreak::release_fence) {
+      word.store(value, std::memory_order_release);  // negative control: not after our kernels
+      e = CudaErr::success;
+    } else if (stream != nullptr) {
+      e = api_->stream_write_value64(stream, addr, value);
+    } else {
+      DeviceGuard guard(*api_, device_);
+      e = guard.ok() ? api_->stream_write_value64(nullptr, addr, value) : guard.error();
+    }
+    if (e == CudaErr::success) {
+      c.fence_written = value;
+      c.fence_queued = true;
+      CudaSlot& cs = view_.cuda_slot(slot);
+      // Relaxed: published by F1.
+      cs.fence_generation[reader].store(static_cast<std::uint32_t>(generation_),
+                                        std::memory_order_relaxed);
+      // (F1) release, pairs with (F2) in prepare_write: the write was queued, and our generation
+      // stored, before the producer looks. Then the caller clears our bit in the slot word (R5).
+      cs.release_recorded.fetch_or(1U << reader, std::memory_order_release);
+    } else {
+      // No fence: make our work done instead, so the producer may reuse the buffer as soon as we
+      // clear our bit.
+      (void)api_->get_last_error();
+      log_.report(*api_, "cuStreamWriteValue64 of the release fence; synchronising instead", slot,
+                  e);
+      if (stream != nullptr) {
+        (void)api_->stream_synchronize(stream);
+      } else {
+        DeviceGuard guard(*api_, device_);
+        (void)api_->stream_synchronize(nullptr);
+      }
+      (void)api_->get_last_error();
+    }
+  }
+  c.held.store(false, std::memory_order_release);  // pairs with the acquire in open_slot
+}
+
+}  // namespace
+
+std::unique_ptr<ReaderPool> make_cuda_reader_pool(const PoolRequest& request,
+                                                  std::shared_ptr<CudaApi> api) {
+  return std::make_unique<CudaReaderPool>(request, std::move(api));
+}
+
+}  // namespace ipcring::detail
