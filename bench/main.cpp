@@ -1,8 +1,9 @@
-// main.cpp — ringbench: cross-process latency of ipcring against baselines measured in the same
-// run.
+// main.cpp — ringbench: cross-process latency and throughput of ipcring against baselines
+// measured in the same run, and the single-process cost of its hot-path calls.
 //
-// Every benchmark runs in the two-process harness of harness.hpp. Google Benchmark flags work as
-// usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format, --benchmark_format,
+// Every cross-process benchmark runs in the two-process harness of harness.hpp. Google Benchmark
+// flags work as usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format,
+// --benchmark_format,
 // --benchmark_repetitions ...); ringbench's own flags are listed by usage() below.
 //
 // Exit status (the tools' convention): 0 when every selected benchmark ran or was skipped with a
@@ -26,7 +27,7 @@ namespace {
 
 void usage() {
   std::printf(
-      "ringbench: cross-process latency of ipcring and its baselines (see docs/benchmarks.md)\n"
+      "ringbench: latency and throughput of ipcring and its baselines (see docs/benchmarks.md)\n"
       "  --summary                 print ratios against the baselines and the targets, and plot\n"
       "                            (without --benchmark_filter: only the benchmarks it needs)\n"
       "  --summary_png=FILE        where the plot goes (default ringbench-latency.png; empty: "

@@ -557,7 +557,9 @@ std::string summary_markdown(const std::vector<Captured>& runs, const SummaryOpt
   ratio_table(md, runs, latency_ratios(), "p50 ns");
 
   md << "\nThroughput, streamed (frames per second; the producer keeps up to " << kThroughputWindow
-     << " frames unacknowledged by the slowest reader; ipcring with the sequential policy):\n\n"
+     << " frames unacknowledged by the slowest reader; ipcring with the sequential policy; higher "
+        "is "
+        "better, so a ratio above 1 means ipcring moved more frames):\n\n"
      << "| benchmark | frames/s | fits the CPUs |\n|---|---|---|\n";
   for (const auto& name : throughput_names()) {
     md << "| `" << name << "` | "
@@ -643,22 +645,23 @@ bool print_summary(const std::vector<Captured>& runs, const SummaryOptions& opti
     }
   }
 
-  std::printf("\n  throughput, streamed (window %u)                       frames/s\n",
-              kThroughputWindow);
+  std::printf("\n  %-58s %12s\n",
+              ("throughput, streamed (window " + std::to_string(kThroughputWindow) + ")").c_str(),
+              "frames/s");
   for (const auto& name : throughput_names()) {
     const auto rate = counter(runs, name, "items_per_second");
     if (!rate) {
       std::printf("  %-50s n/a\n", name.c_str());
       continue;
     }
-    std::printf("  %-50s %12.0f%s\n", name.c_str(), *rate,
+    std::printf("  %-58s %12.0f%s\n", name.c_str(), *rate,
                 fits(runs, name) ? "" : "  OVERSUBSCRIBED (not compared)");
   }
-  std::printf("\n  single process                                     ns/op\n");
+  std::printf("\n  %-58s %12s\n", "single process", "ns/op");
   for (const auto& name : {kSingleAtomic, kSinglePublish, kSingleRead}) {
     const auto ns = counter(runs, name, "ns_per_op");
     if (ns) {
-      std::printf("  %-50s %8.1f\n", name.c_str(), *ns);
+      std::printf("  %-58s %12.1f\n", name.c_str(), *ns);
     } else {
       std::printf("  %-50s n/a\n", name.c_str());
     }
