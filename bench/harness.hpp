@@ -299,12 +299,13 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
     } else {
       // Paced: wait for the ack of seq. Streamed: wait until fewer than `window` messages are
       // unacknowledged, and for everything at the end of the budget.
-      const bool last = seq >= region.max || now_ns() - start >= budget_ns;
+      const bool last = spec.window != 0 && (seq >= region.max || now_ns() - start >= budget_ns);
       const std::uint64_t need =
           spec.window == 0 || last ? seq : seq - std::min<std::uint64_t>(seq, spec.window - 1);
       for (int r = 0; r < spec.receivers; ++r) {
         std::uint64_t spins = 0;
-        if (r == 1 && spec.window == 0) region.ack_seen_ts[seq - 1] = now_ns();  // receiver 0's
+        // Receiver 0's ack was just seen (paced benchmarks: the concurrent floor).
+        if (r == 1 && spec.window == 0) region.ack_seen_ts[seq - 1] = now_ns();
         // (A) acquire, pairs with (B) in receiver_loop.
         while (control.acks[r].value.load(std::memory_order_acquire) < need) {
           cpu_relax();
