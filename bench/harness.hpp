@@ -21,6 +21,9 @@
 // right before its ack store (ack_sent_ts) and the sender right after it saw it (ack_seen_ts), so
 // every one-way benchmark also reports the raw atomic one-way latency of the same CPU pair at the
 // same time (ack_p50_ns ...), which the host's placement of the vCPUs cannot skew between the two.
+// Streamed benchmarks (RunSpec::window = N, the throughput figures) run the same loops, but the
+// sender only waits until fewer than N messages are unacknowledged by the slowest receiver (and
+// for all of them at the end): frames per second over the whole stream, no concurrent floor.
 // Measure::rtt_half benchmarks (futex ping-pong) acknowledge through
 // the mechanism itself and report (ack - t0) / 2 measured by the sender.
 //

@@ -145,8 +145,8 @@ int main(int argc, char** argv) {
                               std::to_string(settings().blocking_gap_ns / 1000));
   benchmark::AddCustomContext(
       "ringbench_time_column",
-      "Time = mean period of the paced stream (send, receive, ack); latency is "
-      "in the p*_ns counters");
+      "Time = mean period of the paced stream (send, receive, ack), or of the streamed one "
+      "(throughput/*: items_per_second); latency is in the p*_ns counters; single/*: ns_per_op");
 
   std::vector<ringbench::Captured> runs;
   auto reporter = ringbench::make_capturing_reporter(format, runs);
