@@ -10,6 +10,9 @@
 //   baseline/pipe/blocking/...              pipe(2), 4 KiB messages (= PIPE_BUF: atomic writes)
 //   baseline/boost_mq/blocking/...          boost::interprocess::message_queue, 4 KiB messages
 //                                           copied in and out, as its users do
+//   throughput/boost_mq/blocking/readers:1/bytes:<64|4096>   the same queue, streamed
+//                                           (RunSpec::window); one reader only: a message_queue
+//                                           hands each message to one receiver, it has no fan-out
 //
 // Every payload-carrying mechanism moves a 4 KiB message whose first and last cache lines carry
 // the sequence number (the receiver validates both), like the ipcring benchmarks' frames.
@@ -209,6 +212,7 @@ namespace bip = boost::interprocess;
 
 struct BoostQueue {
   struct Shared {};
+  std::size_t bytes = kMessageBytes;
   std::string name;
   std::optional<bip::message_queue> queue;
   std::vector<unsigned char> buffer;
@@ -218,7 +222,7 @@ struct BoostQueue {
     name = "ringbench-" + std::to_string(getpid()) + "-mq";
     bip::message_queue::remove(name.c_str());
     try {
-      bip::message_queue created(bip::create_only, name.c_str(), 8, kMessageBytes);
+      bip::message_queue created(bip::create_only, name.c_str(), 8, bytes);
     } catch (const std::exception& e) {
       throw Skip(std::string("boost message_queue create: ") + e.what());
     }
@@ -227,7 +231,7 @@ struct BoostQueue {
   void driver_cleanup() noexcept { bip::message_queue::remove(name.c_str()); }
   void sender_open(Shared&) {
     queue.emplace(bip::open_only, name.c_str());
-    buffer.assign(kMessageBytes, 0);
+    buffer.assign(bytes, 0);
   }
   bool sender_ready() { return true; }
   void sender_close() noexcept { queue.reset(); }
@@ -235,7 +239,7 @@ struct BoostQueue {
   void send(std::uint64_t) { queue->send(buffer.data(), buffer.size(), 0); }
   void receiver_open(Shared&, int) {
     queue.emplace(bip::open_only, name.c_str());
-    buffer.assign(kMessageBytes, 0);
+    buffer.assign(bytes, 0);
   }
   void receiver_close() noexcept { queue.reset(); }
   std::uint64_t receive(const Control&) {
@@ -295,6 +299,23 @@ void register_baselines() {
     state.SkipWithError("skipped: Boost.Interprocess not found when ringbench was configured");
 #endif
   });
+  for (const std::size_t size : {std::size_t{64}, kMessageBytes}) {
+    add_benchmark("throughput/boost_mq/blocking/readers:1/bytes:" + std::to_string(size),
+                  [size](benchmark::State& state) {
+#if RINGBENCH_HAVE_BOOST
+                    BoostQueue m;
+                    m.bytes = size;
+                    RunSpec s = spec(Measure::one_way, WaitMode::blocking, size);
+                    s.gap_ns = 0;
+                    s.window = kThroughputWindow;
+                    run(state, m, s);
+#else
+                    (void)size;
+                    state.SkipWithError(
+                        "skipped: Boost.Interprocess not found when ringbench was configured");
+#endif
+                  });
+  }
 }
 
 }  // namespace ringbench

@@ -4,6 +4,9 @@
 //   baseline/iceoryx/waitset/bytes:4096   WaitSet::timedWait() on SubscriberState::HAS_DATA, then
 //   take()
 //
+//   throughput/iceoryx/<polling|waitset>/readers:<R>/bytes:<B>   streamed (RunSpec::window),
+//                                         R = 1 or 4 subscribers, B = 64 or 4096
+//
 // The publisher loans a 4 KiB chunk (64-byte aligned), writes its first and last cache line and
 // publishes it (zero-copy, like ipcring); t0 is taken right before publish(). ringbench starts its
 // own iox-roudi (roudi.hpp). Without iceoryx at configure time both report themselves skipped.
@@ -32,6 +35,7 @@ constexpr std::size_t kChunkBytes = 4096;
 struct Iceoryx {
   struct Shared {};
   bool use_waitset = false;
+  std::size_t bytes = kChunkBytes;
   std::string instance;
   std::optional<iox::popo::UntypedPublisher> publisher;
   std::optional<iox::popo::UntypedSubscriber> subscriber;
@@ -72,11 +76,11 @@ struct Iceoryx {
   bool sender_ready() { return publisher->hasSubscribers(); }
   void sender_close() noexcept { publisher.reset(); }
   void prepare(std::uint64_t seq) {
-    auto chunk = publisher->loan(static_cast<std::uint32_t>(kChunkBytes), 64);
+    auto chunk = publisher->loan(static_cast<std::uint32_t>(bytes), 64);
     if (chunk.has_error())
       fail("iceoryx loan failed: error " + std::to_string(static_cast<int>(chunk.get_error())));
     loaned = chunk.value();
-    stamp_payload(loaned, kChunkBytes, seq);
+    stamp_payload(loaned, bytes, seq);
   }
   void send(std::uint64_t) { publisher->publish(loaned); }
 
@@ -129,7 +133,7 @@ struct Iceoryx {
     return true;
   }
   bool finish(std::uint64_t seq) {
-    const bool ok = intact && check_last_line(taken, kChunkBytes, seq);
+    const bool ok = intact && check_last_line(taken, bytes, seq);
     subscriber->release(taken);
     taken = nullptr;
     return ok;
@@ -137,19 +141,22 @@ struct Iceoryx {
 };
 #endif
 
-void iceoryx_benchmark(benchmark::State& state, bool waitset) {
+void iceoryx_benchmark(benchmark::State& state, bool waitset, int readers = 1,
+                       std::size_t bytes = kChunkBytes, std::uint32_t window = 0) {
 #if RINGBENCH_HAVE_ICEORYX
   Iceoryx m(waitset);
+  m.bytes = bytes;
   RunSpec spec;
-  spec.receivers = 1;
-  spec.payload_bytes = kChunkBytes;
+  spec.receivers = readers;
+  spec.payload_bytes = bytes;
   spec.measure = Measure::one_way;
   spec.rx_wait = waitset ? WaitMode::blocking : WaitMode::spin;
-  spec.gap_ns = waitset ? settings().blocking_gap_ns : 0;
+  spec.gap_ns = waitset && window == 0 ? settings().blocking_gap_ns : 0;
+  spec.window = window;
   spec.exit_runs_destructors = true;  // the runtime deregisters from RouDi in a static destructor
   run(state, m, spec);
 #else
-  (void)waitset;
+  (void)waitset, (void)readers, (void)bytes, (void)window;
   state.SkipWithError(
       "skipped: iceoryx not built in (iceoryx_posh CMake package not found at configure time)");
 #endif
@@ -163,6 +170,17 @@ void register_iceoryx() {
                 [](benchmark::State& s) { iceoryx_benchmark(s, false); });
   add_benchmark("baseline/iceoryx/waitset" + bytes,
                 [](benchmark::State& s) { iceoryx_benchmark(s, true); });
+  for (const bool waitset : {false, true}) {
+    for (const int readers : {1, 4}) {
+      for (const std::size_t size : {std::size_t{64}, kChunkBytes}) {
+        add_benchmark(std::string("throughput/iceoryx/") + (waitset ? "waitset" : "polling") +
+                          "/readers:" + std::to_string(readers) + "/bytes:" + std::to_string(size),
+                      [=](benchmark::State& s) {
+                        iceoryx_benchmark(s, waitset, readers, size, kThroughputWindow);
+                      });
+      }
+    }
+  }
 }
 
 }  // namespace ringbench

@@ -54,6 +54,17 @@ std::vector<int> allowed_cpus() {
 }
 }  // namespace
 
+int cpus_available() {
+  return static_cast<int>(allowed_cpus().size());
+}
+
+bool fits_cpus(const RunSpec& spec, int cpus) {
+  // The rtt/2 benchmarks' sender sleeps for the answer; every other sender spins on acks.
+  const int spinning = (spec.measure == Measure::one_way ? 1 : 0) +
+                       (spec.rx_wait == WaitMode::spin ? spec.receivers : 0);
+  return cpus <= 0 || spinning <= cpus;  // unknown CPU count: nothing to judge by
+}
+
 Pinning plan_pinning(int receivers) {
   Pinning p;
   const std::vector<int> cpus = allowed_cpus();
@@ -80,7 +91,9 @@ void pin_to(int cpu) {
   (void)sched_setaffinity(0, sizeof(set), &set);  // best effort: the label says what was planned
 }
 
-std::string Pinning::describe(WaitMode rx_wait, Measure measure) const {
+std::string Pinning::describe(const RunSpec& spec) const {
+  const WaitMode rx_wait = spec.rx_wait;
+  const Measure measure = spec.measure;
   auto cpu = [](int c) { return c < 0 ? std::string("unpinned") : "cpu" + std::to_string(c); };
   std::string s = measure == Measure::one_way ? "one-way" : "rtt/2";
   s += "; tx " + cpu(sender_cpu);
@@ -99,6 +112,11 @@ std::string Pinning::describe(WaitMode rx_wait, Measure measure) const {
   if (!receiver_cpus.empty() &&
       std::find(distinct.begin(), distinct.end(), sender_cpu) != distinct.end()) {
     s += "; tx and rx share a CPU";
+  }
+  if (spec.window != 0) s += "; streamed, window " + std::to_string(spec.window);
+  const int cpus = cpus_available();
+  if (!fits_cpus(spec, cpus)) {
+    s += "; OVERSUBSCRIBED: more spinning processes than the " + std::to_string(cpus) + " CPUs";
   }
   return s;
 }
@@ -438,7 +456,12 @@ std::uint64_t percentile(const std::vector<std::uint64_t>& sorted, double p) {
 }  // namespace
 
 void report(benchmark::State& state, const RunSpec& spec, const Pinning& pinning, Outcome& out) {
-  state.SetLabel(pinning.describe(spec.rx_wait, spec.measure));
+  state.SetLabel(pinning.describe(spec));
+  // Reported for errors and skips too, so that the summary can say why a row is not compared.
+  const int cpus = cpus_available();
+  state.counters["fits_cpus"] = fits_cpus(spec, cpus) ? 1 : 0;
+  state.counters["cpus"] = cpus;
+  state.counters["window"] = spec.window;
   if (!out.error.empty()) {
     const std::string message = (out.skipped ? "skipped: " : "error: ") + out.error;
     state.SkipWithError(message.c_str());

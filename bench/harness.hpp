@@ -21,6 +21,9 @@
 // right before its ack store (ack_sent_ts) and the sender right after it saw it (ack_seen_ts), so
 // every one-way benchmark also reports the raw atomic one-way latency of the same CPU pair at the
 // same time (ack_p50_ns ...), which the host's placement of the vCPUs cannot skew between the two.
+// Streamed benchmarks (RunSpec::window = N, the throughput figures) run the same loops, but the
+// sender only waits until fewer than N messages are unacknowledged by the slowest receiver (and
+// for all of them at the end): frames per second over the whole stream, no concurrent floor.
 // Measure::rtt_half benchmarks (futex ping-pong) acknowledge through
 // the mechanism itself and report (ack - t0) / 2 measured by the sender.
 //
@@ -31,6 +34,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -119,11 +123,13 @@ struct Control {
   std::uint64_t bad_frames = 0;  // summed by receivers (fetch_add through atomic_ref)
 };
 
+struct RunSpec;
+
 // Where each side runs. cpus[0] is the sender's, receivers share the rest round-robin.
 struct Pinning {
   int sender_cpu = -1;
   std::vector<int> receiver_cpus;
-  std::string describe(WaitMode rx_wait, Measure measure) const;
+  std::string describe(const RunSpec& spec) const;
 };
 Pinning plan_pinning(int receivers);
 void pin_to(int cpu);  // best effort
@@ -148,7 +154,22 @@ struct RunSpec {
   std::uint64_t gap_ns = 0;
   std::size_t mech_shared_bytes = 0;
   bool exit_runs_destructors = false;  // children leave with exit() instead of _exit() (iceoryx)
+  // 0: paced (one message in flight, latency). N > 0: streamed (throughput): the sender keeps up
+  // to N messages unacknowledged by the slowest receiver, so sends and receives overlap; there is
+  // no concurrent floor and no gap, and the latency counters include the queueing.
+  std::uint32_t window = 0;
 };
+
+// The window of the throughput benchmarks: within every mechanism's queue (Boost message_queue
+// holds 8 messages, iceoryx subscribers 16, ipcring's streamed channels have 32 slots).
+inline constexpr std::uint32_t kThroughputWindow = 8;
+
+// CPUs the benchmark may use: --ringbench_cpus, else the process's affinity mask.
+int cpus_available();
+// Whether a configuration fits the CPUs: every process that spins (the sender always, as it spins
+// on acknowledgements; receivers when they spin) needs a CPU of its own. An oversubscribed
+// benchmark measures the scheduler's time slices, not the transport.
+bool fits_cpus(const RunSpec& spec, int cpus);
 
 // The shared region of one benchmark run.
 struct Region {
@@ -279,11 +300,17 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
       if (acked_at == 0) fail("no answer to message " + std::to_string(seq));
       region.recv_ts[seq - 1] = acked_at;
     } else {
+      // Paced: wait for the ack of seq. Streamed: wait until fewer than `window` messages are
+      // unacknowledged, and for everything at the end of the budget.
+      const bool last = spec.window != 0 && (seq >= region.max || now_ns() - start >= budget_ns);
+      const std::uint64_t need =
+          spec.window == 0 || last ? seq : seq - std::min<std::uint64_t>(seq, spec.window - 1);
       for (int r = 0; r < spec.receivers; ++r) {
         std::uint64_t spins = 0;
-        if (r == 1) region.ack_seen_ts[seq - 1] = now_ns();  // receiver 0's ack was just seen
+        // Receiver 0's ack was just seen (paced benchmarks: the concurrent floor).
+        if (r == 1 && spec.window == 0) region.ack_seen_ts[seq - 1] = now_ns();
         // (A) acquire, pairs with (B) in receiver_loop.
-        while (control.acks[r].value.load(std::memory_order_acquire) < seq) {
+        while (control.acks[r].value.load(std::memory_order_acquire) < need) {
           cpu_relax();
           if ((++spins & 0xffffu) == 0) {
             if (control.abort.value.load(std::memory_order_relaxed) != 0) fail("aborted");
@@ -295,9 +322,10 @@ void sender_loop(M& mech, Region& region, const RunSpec& spec) {
         }
       }
       acked_at = now_ns();
-      if (spec.receivers == 1) region.ack_seen_ts[seq - 1] = acked_at;
+      if (spec.receivers == 1 && spec.window == 0) region.ack_seen_ts[seq - 1] = acked_at;
+      if (last) break;
     }
-    if (seq >= region.max || acked_at - start >= budget_ns) break;
+    if (spec.window == 0 && (seq >= region.max || acked_at - start >= budget_ns)) break;
     if (spec.gap_ns != 0) {
       while (now_ns() - acked_at < spec.gap_ns) cpu_relax();
     }

@@ -1,8 +1,9 @@
-// main.cpp — ringbench: cross-process latency of ipcring against baselines measured in the same
-// run.
+// main.cpp — ringbench: cross-process latency and throughput of ipcring against baselines
+// measured in the same run, and the single-process cost of its hot-path calls.
 //
-// Every benchmark runs in the two-process harness of harness.hpp. Google Benchmark flags work as
-// usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format, --benchmark_format,
+// Every cross-process benchmark runs in the two-process harness of harness.hpp. Google Benchmark
+// flags work as usual (--benchmark_filter, --benchmark_out=FILE, --benchmark_out_format,
+// --benchmark_format,
 // --benchmark_repetitions ...); ringbench's own flags are listed by usage() below.
 //
 // Exit status (the tools' convention): 0 when every selected benchmark ran or was skipped with a
@@ -26,11 +27,12 @@ namespace {
 
 void usage() {
   std::printf(
-      "ringbench: cross-process latency of ipcring and its baselines (see docs/benchmarks.md)\n"
+      "ringbench: latency and throughput of ipcring and its baselines (see docs/benchmarks.md)\n"
       "  --summary                 print ratios against the baselines and the targets, and plot\n"
       "                            (without --benchmark_filter: only the benchmarks it needs)\n"
       "  --summary_png=FILE        where the plot goes (default ringbench-latency.png; empty: "
       "none)\n"
+      "  --summary_md=FILE         also write the summary as markdown tables (the README's)\n"
       "  --smoke                   tiny budgets: proves every benchmark runs, in a few seconds\n"
       "  --ringbench_budget=S      seconds of messages per benchmark (default 1.0)\n"
       "  --ringbench_max_messages=N  cap on messages per benchmark (default 1000000)\n"
@@ -55,6 +57,9 @@ int main(int argc, char** argv) {
   bool summary = false;
   bool user_filter = false;
   std::string png = "ringbench-latency.png";
+  std::string md;
+  std::string command = "ringbench";  // as typed, without the path of the binary
+  for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
   std::string format = "console";
   std::vector<char*> rest = {argv[0]};
   std::string option;  // the option whose value is being converted, for the message
@@ -77,6 +82,8 @@ int main(int argc, char** argv) {
         settings().child_timeout_s = 20;
       } else if (take_flag(arg, "--summary_png", value)) {
         png = value;
+      } else if (take_flag(arg, "--summary_md", value)) {
+        md = value;
       } else if (take_flag(arg, "--ringbench_budget", value)) {
         settings().budget_s = std::stod(value);
       } else if (take_flag(arg, "--ringbench_max_messages", value)) {
@@ -98,6 +105,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringbench: %s: bad value (%s)\n", option.c_str(), e.what());
     return 2;
   }
+  if (!md.empty() && !summary) {
+    std::fprintf(stderr, "ringbench: --summary_md needs --summary\n");
+    return 2;
+  }
   if (summary && format != "console") {
     std::fprintf(stderr,
                  "ringbench: --summary prints to the console; use --benchmark_out=FILE for JSON\n");
@@ -109,7 +120,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
   if (summary && !user_filter) {
     benchmark::SetBenchmarkFilter(
-        "^(baseline/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
+        "^(baseline/|single/|throughput/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
   }
 
   ringbench::register_baselines();
@@ -134,8 +145,8 @@ int main(int argc, char** argv) {
                               std::to_string(settings().blocking_gap_ns / 1000));
   benchmark::AddCustomContext(
       "ringbench_time_column",
-      "Time = mean period of the paced stream (send, receive, ack); latency is "
-      "in the p*_ns counters");
+      "Time = mean period of the paced stream (send, receive, ack), or of the streamed one "
+      "(throughput/*: items_per_second); latency is in the p*_ns counters; single/*: ns_per_op");
 
   std::vector<ringbench::Captured> runs;
   auto reporter = ringbench::make_capturing_reporter(format, runs);
@@ -143,9 +154,16 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   ringbench::stop_roudi();
 
-  if (summary) ringbench::print_summary(runs, png);
-
   int failures = 0;
+  if (summary) {
+    ringbench::SummaryOptions options;
+    options.png_path = png;
+    options.md_path = md;
+    options.command = command;
+    options.placement = pinning;
+    if (!ringbench::print_summary(runs, options)) ++failures;
+  }
+
   for (const auto& run : runs) {
     if (run.error && run.message.rfind("skipped:", 0) != 0) {
       ++failures;

@@ -1,6 +1,8 @@
 // summary.cpp — see summary.hpp.
 #include "summary.hpp"
 
+#include "harness.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,8 +10,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #ifndef RINGBENCH_GNUPLOT_PATH
 #define RINGBENCH_GNUPLOT_PATH "gnuplot"
@@ -45,6 +49,17 @@ const Captured* find(const std::vector<Captured>& runs, const std::string& name)
     if (r.name == name && !r.error) return &r;
   }
   return nullptr;
+}
+
+// False when ringbench judged the benchmark oversubscribed (harness.hpp, fits_cpus): more
+// spinning processes than CPUs. Such a benchmark is listed but never compared.
+bool fits(const std::vector<Captured>& runs, const std::string& name) {
+  for (const auto& r : runs) {
+    if (r.name != name) continue;
+    auto it = r.counters.find("fits_cpus");
+    if (it != r.counters.end() && it->second == 0) return false;
+  }
+  return true;
 }
 
 // The counter of a benchmark; with --benchmark_repetitions, the median over the repetitions.
@@ -112,6 +127,10 @@ struct Ratio {
 Ratio compare(const std::vector<Captured>& runs, const std::string& num, const std::string& den) {
   const auto a = points(runs, num), b = points(runs, den);
   Ratio r;
+  if (!fits(runs, num) || !fits(runs, den)) {
+    r.note = "not compared: " + (fits(runs, num) ? den : num) + " is oversubscribed";
+    return r;
+  }
   if (a.empty() || b.empty()) {
     r.note = a.empty() ? "no result for " + num : "no result for " + den;
     return r;
@@ -182,6 +201,11 @@ void normalized_row(const std::vector<Captured>& runs, const std::string& what,
     return median(q);
   };
   Ratio r;
+  if (!fits(runs, num) || !fits(runs, den)) {
+    r.note = "not compared: oversubscribed";
+    print_ratio(what, r, target, target_text);
+    return;
+  }
   r.r50 = norm(num, false) / norm(den, false);
   r.r99 = norm(num, true) / norm(den, true);
   r.note = "each over its own concurrent floor";
@@ -203,9 +227,13 @@ void in_run_row(const std::vector<Captured>& runs, const std::string& what, cons
     if (x.floor99 > 0) q99.push_back(x.p99 / x.floor99);
   }
   Ratio r;
-  r.r50 = median(q50);
-  r.r99 = median(q99);
-  r.note = q50.empty() ? "no result" : "same benchmark, same placement";
+  if (fits(runs, name)) {
+    r.r50 = median(q50);
+    r.r99 = median(q99);
+    r.note = q50.empty() ? "no result" : "same benchmark, same placement";
+  } else {
+    r.note = "not compared: oversubscribed";
+  }
   print_ratio(what, r, target, target_text);
 }
 
@@ -225,6 +253,7 @@ void absolute_row(const std::vector<Captured>& runs, const std::string& name) {
               get("p90_ns"), get("p99_ns"), get("p999_ns"), get("ack_p50_ns"), get("samples"));
   const double sc = get("tx_syscalls_per_msg");
   if (!std::isnan(sc)) std::printf(" %8.3f", sc);
+  if (!fits(runs, name)) std::printf("  OVERSUBSCRIBED (not compared)");
   std::printf("\n");
 }
 
@@ -328,7 +357,224 @@ bool plot(const std::vector<Captured>& runs, const std::string& png,
   return ok;
 }
 
+// ---- throughput, single-process costs and the markdown tables ----------------------------------
+
+std::string tput(const std::string& mech, const std::string& wait, int readers, std::size_t bytes) {
+  return "throughput/" + mech + "/" + wait + "/readers:" + std::to_string(readers) +
+         "/bytes:" + std::to_string(bytes);
+}
+const std::string kSingleAtomic = "single/atomic_increment";
+const std::string kSinglePublish = "single/ipcring/loan_publish";
+const std::string kSingleRead = "single/ipcring/read_release";
+
+// One row of a ratio table: numerator / denominator, each a benchmark's counter (or, for the
+// concurrent floor, another counter of the same benchmark).
+struct RatioSpec {
+  std::string what;
+  std::string num, num_key;
+  std::string den, den_key;
+  std::string den_label;  // how the denominator is named in the table (default: den)
+};
+
+// A value as the table prints it, and the number it reads back as: ratios are computed from the
+// printed values so that anyone can recompute them from the table.
+struct Shown {
+  std::string text;  // empty: no value
+  double value = NAN;
+};
+Shown shown(const std::vector<Captured>& runs, const std::string& name, const std::string& key,
+            int decimals) {
+  const auto v = counter(runs, name, key.c_str());
+  if (!v || std::isnan(*v)) return {};
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, *v);
+  return {buf, std::stod(buf)};
+}
+
+int decimals_of(const std::string& key) {
+  return key == "ns_per_op" ? 1 : 0;
+}
+
+std::string ratio_cell(const std::vector<Captured>& runs, const RatioSpec& r, const Shown& a,
+                       const Shown& b) {
+  if (!fits(runs, r.num) || !fits(runs, r.den)) return "not compared (oversubscribed)";
+  if (a.text.empty() || b.text.empty() || b.value == 0) return "n/a (no result)";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2fx", a.value / b.value);
+  return buf;
+}
+
+std::string value_cell(const std::vector<Captured>& runs, const std::string& name, const Shown& v) {
+  if (v.text.empty()) {
+    for (const auto& c : runs) {
+      if (c.name == name && c.error) {
+        std::string why = c.message;
+        for (auto& ch : why) {
+          if (ch == '|' || ch == '\n') ch = ' ';
+        }
+        return "n/a (" + why + ")";
+      }
+    }
+    return "n/a (not run)";
+  }
+  return v.text;
+}
+
+void ratio_table(std::ostringstream& md, const std::vector<Captured>& runs,
+                 const std::vector<RatioSpec>& rows, const char* unit) {
+  md << "| ratio | numerator | " << unit << " | denominator | " << unit << " | ratio |\n"
+     << "|---|---|---|---|---|---|\n";
+  for (const auto& r : rows) {
+    const Shown a = shown(runs, r.num, r.num_key, decimals_of(r.num_key));
+    const Shown b = shown(runs, r.den, r.den_key, decimals_of(r.den_key));
+    md << "| " << r.what << " | `" << r.num << "` | " << value_cell(runs, r.num, a) << " | "
+       << (r.den_label.empty() ? "`" + r.den + "`" : r.den_label) << " | "
+       << value_cell(runs, r.den, b) << " | " << ratio_cell(runs, r, a, b) << " |\n";
+  }
+}
+
+std::vector<RatioSpec> latency_ratios() {
+  std::vector<RatioSpec> rows;
+  for (const char* policy : {"latest", "sequential"}) {
+    const std::string p = policy;
+    const std::string spin = ipc(p, "spin", k4K), block = ipc(p, "blocking", k4K);
+    rows.push_back({p + ": spin / raw atomic floor", spin, "p50_ns", kFloor, "p50_ns", ""});
+    rows.push_back({p + ": spin / its concurrent floor", spin, "p50_ns", spin, "ack_p50_ns",
+                    "its own concurrent floor (`ack_p50_ns`)"});
+    rows.push_back({p + ": spin / iceoryx polling", spin, "p50_ns", kIoxPoll, "p50_ns", ""});
+    rows.push_back({p + ": blocking / futex one-way", block, "p50_ns", kFutex, "p50_ns", ""});
+    rows.push_back({p + ": blocking / iceoryx WaitSet", block, "p50_ns", kIoxWait, "p50_ns", ""});
+    rows.push_back({p + ": spin 8 MiB / 4 KiB", ipc(p, "spin", k8M), "p50_ns", spin, "p50_ns", ""});
+    rows.push_back(
+        {p + ": blocking 8 MiB / 4 KiB", ipc(p, "blocking", k8M), "p50_ns", block, "p50_ns", ""});
+  }
+  return rows;
+}
+
+std::vector<RatioSpec> throughput_ratios() {
+  std::vector<RatioSpec> rows;
+  for (std::size_t bytes : {std::size_t{64}, k4K}) {
+    const std::string b = bytes == 64 ? "64 B" : "4 KiB";
+    for (int readers : {1, 4}) {
+      const std::string rd = std::to_string(readers) + " reader" + (readers == 1 ? "" : "s");
+      rows.push_back({"spin, " + rd + ", " + b + ": ipcring / iceoryx polling",
+                      tput("ipcring/sequential", "spin", readers, bytes), "items_per_second",
+                      tput("iceoryx", "polling", readers, bytes), "items_per_second", ""});
+      rows.push_back({"blocking, " + rd + ", " + b + ": ipcring / iceoryx WaitSet",
+                      tput("ipcring/sequential", "blocking", readers, bytes), "items_per_second",
+                      tput("iceoryx", "waitset", readers, bytes), "items_per_second", ""});
+      if (readers == 1) {
+        rows.push_back({"blocking, " + rd + ", " + b + ": ipcring / Boost message_queue",
+                        tput("ipcring/sequential", "blocking", readers, bytes), "items_per_second",
+                        tput("boost_mq", "blocking", readers, bytes), "items_per_second", ""});
+      }
+    }
+  }
+  return rows;
+}
+
+std::vector<std::string> throughput_names() {
+  std::vector<std::string> names;
+  for (std::size_t bytes : {std::size_t{64}, k4K}) {
+    for (int readers : {1, 4}) {
+      names.push_back(tput("ipcring/sequential", "spin", readers, bytes));
+      names.push_back(tput("iceoryx", "polling", readers, bytes));
+      names.push_back(tput("ipcring/sequential", "blocking", readers, bytes));
+      names.push_back(tput("iceoryx", "waitset", readers, bytes));
+      if (readers == 1) names.push_back(tput("boost_mq", "blocking", readers, bytes));
+    }
+  }
+  return names;
+}
+
+std::vector<RatioSpec> single_ratios() {
+  return {{"loan + publish / atomic increment", kSinglePublish, "ns_per_op", kSingleAtomic,
+           "ns_per_op", ""},
+          {"read + release / atomic increment", kSingleRead, "ns_per_op", kSingleAtomic,
+           "ns_per_op", ""}};
+}
+
+std::string first_line_of(const char* path, const char* prefix) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line
+                                        : line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string summary_markdown(const std::vector<Captured>& runs, const SummaryOptions& options) {
+  std::ostringstream md;
+  char date[64] = "unknown date";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  if (gmtime_r(&now, &utc) != nullptr)
+    std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", &utc);
+  std::string cpu = first_line_of("/proc/cpuinfo", "model name");
+  if (cpu.empty()) cpu = "unknown CPU model";
+  std::string load;
+  {
+    std::ifstream in("/proc/loadavg");
+    std::string one, five, fifteen;
+    if (in >> one >> five >> fifteen) load = one + " " + five + " " + fifteen;
+  }
+  md << kMarkdownBegin << "\n"
+     << "Generated by `" << options.command << "` on " << date << ": " << cpu << ", "
+     << cpus_available() << " CPUs available to the process (affinity mask); " << options.placement
+     << ".";
+  if (!load.empty()) md << " Load average at the end of the run: " << load << ".";
+  md << " The machine was shared with other work while it ran, so the absolute figures are noisy "
+        "and move with the vCPU placement; every ratio below is computed from the two values in "
+        "its own row, which come from this run. Rows marked oversubscribed had more spinning "
+        "processes than CPUs: they are listed, never compared.\n\n";
+
+  md << "Latency, one-way, one reader (ns; median over repetitions):\n\n"
+     << "| benchmark | p50 ns | p99 ns | concurrent floor p50 ns | fits the CPUs |\n"
+     << "|---|---|---|---|---|\n";
+  std::vector<std::string> latency = {kFloor, kFutex, kIoxPoll, kIoxWait,
+                                      "baseline/boost_mq/blocking/bytes:4096"};
+  for (const char* policy : {"latest", "sequential"}) {
+    for (const char* wait : {"spin", "blocking"}) {
+      latency.push_back(ipc(policy, wait, k4K));
+      latency.push_back(ipc(policy, wait, k8M));
+    }
+  }
+  for (const auto& name : latency) {
+    const Shown p50 = shown(runs, name, "p50_ns", 0), p99 = shown(runs, name, "p99_ns", 0);
+    const Shown floor = shown(runs, name, "ack_p50_ns", 0);
+    md << "| `" << name << "` | " << value_cell(runs, name, p50) << " | "
+       << (p99.text.empty() ? "n/a" : p99.text) << " | "
+       << (floor.text.empty() ? "n/a" : floor.text) << " | "
+       << (fits(runs, name) ? "yes" : "**no: oversubscribed**") << " |\n";
+  }
+  md << "\n";
+  ratio_table(md, runs, latency_ratios(), "p50 ns");
+
+  md << "\nThroughput, streamed (frames per second; the producer keeps up to " << kThroughputWindow
+     << " frames unacknowledged by the slowest reader; ipcring with the sequential policy; higher "
+        "is "
+        "better, so a ratio above 1 means ipcring moved more frames):\n\n"
+     << "| benchmark | frames/s | fits the CPUs |\n|---|---|---|\n";
+  for (const auto& name : throughput_names()) {
+    md << "| `" << name << "` | "
+       << value_cell(runs, name, shown(runs, name, "items_per_second", 0)) << " | "
+       << (fits(runs, name) ? "yes" : "**no: oversubscribed**") << " |\n";
+  }
+  md << "\n";
+  ratio_table(md, runs, throughput_ratios(), "frames/s");
+
+  md << "\nCost of one operation in one process (ns per operation, 64 B frames, batches of "
+        "16):\n\n";
+  ratio_table(md, runs, single_ratios(), "ns/op");
+  md << kMarkdownEnd << "\n";
+  return md.str();
+}
 
 std::unique_ptr<benchmark::BenchmarkReporter> make_capturing_reporter(const std::string& format,
                                                                       std::vector<Captured>& sink) {
@@ -342,7 +588,8 @@ std::unique_ptr<benchmark::BenchmarkReporter> make_capturing_reporter(const std:
   return std::make_unique<Capturing<benchmark::ConsoleReporter>>(sink, options);
 }
 
-void print_summary(const std::vector<Captured>& runs, const std::string& png_path) {
+bool print_summary(const std::vector<Captured>& runs, const SummaryOptions& options) {
+  const std::string& png_path = options.png_path;
   std::printf("\n== ringbench summary (ratios of this run; one-way latency unless noted) ==\n");
   std::printf("  %-50s %9s %9s %9s %9s %9s %9s %8s\n", "benchmark", "p50 ns", "p90 ns", "p99 ns",
               "p99.9 ns", "floor p50", "samples", "tx sc/msg");
@@ -397,10 +644,43 @@ void print_summary(const std::vector<Captured>& runs, const std::string& png_pat
       (void)samples;
     }
   }
+
+  std::printf("\n  %-58s %12s\n",
+              ("throughput, streamed (window " + std::to_string(kThroughputWindow) + ")").c_str(),
+              "frames/s");
+  for (const auto& name : throughput_names()) {
+    const auto rate = counter(runs, name, "items_per_second");
+    if (!rate) {
+      std::printf("  %-50s n/a\n", name.c_str());
+      continue;
+    }
+    std::printf("  %-58s %12.0f%s\n", name.c_str(), *rate,
+                fits(runs, name) ? "" : "  OVERSUBSCRIBED (not compared)");
+  }
+  std::printf("\n  %-58s %12s\n", "single process", "ns/op");
+  for (const auto& name : {kSingleAtomic, kSinglePublish, kSingleRead}) {
+    const auto ns = counter(runs, name, "ns_per_op");
+    if (ns) {
+      std::printf("  %-58s %12.1f\n", name.c_str(), *ns);
+    } else {
+      std::printf("  %-50s n/a\n", name.c_str());
+    }
+  }
   if (!png_path.empty()) {
     std::vector<std::string> bars = headline;
     plot(runs, png_path, bars);
   }
+  if (options.md_path.empty()) return true;
+  std::ofstream out(options.md_path);
+  out << summary_markdown(runs, options);
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "ringbench: cannot write the markdown summary to %s\n",
+                 options.md_path.c_str());
+    return false;
+  }
+  std::printf("markdown: %s\n", options.md_path.c_str());
+  return true;
 }
 
 }  // namespace ringbench
