@@ -172,6 +172,10 @@ TEST_CASE("reliable: every frame the export reads arrives in B with its pattern 
   CHECK(field(sout, "frames") == sent);
   CHECK(field(sout, "corrupt") == 0);
   CHECK(field(sout, "origin_gaps") == 0);
+  // The tensor description and capture time travel with every frame (ringsub counts frames whose
+  // description is missing or wrong as untyped).
+  CHECK(field(iout, "untyped") == 0);
+  CHECK(field(sout, "untyped") == 0);
   CHECK(field(sout, "last_sequence") <= 400);
 }
 
@@ -479,7 +483,7 @@ TEST_CASE("check_image_sample: step, height and data length must agree") {
 TEST_CASE("fill_image_sample: only frames of exactly height * width * bytes per pixel") {
   using namespace ipcring::bridge;
   std::vector<std::byte> bytes(std::size_t{64} * 48 * 3);
-  FrameView f{bytes, {}, 5, 1, 123};
+  FrameView f{bytes, {}, 5, 1, 123, 0, std::nullopt};
   ImageFormat fmt{"rgb8", 64, 48};
   const std::string id = "cam";
   sensor_msgs_msg_dds__Image_ m{};
@@ -489,7 +493,8 @@ TEST_CASE("fill_image_sample: only frames of exactly height * width * bytes per 
   CHECK(m.header.stamp.sec == 1'700'000'000);
   CHECK(m.header.stamp.nanosec == 123'456'789u);
   CHECK(std::strcmp(m.encoding, "rgb8") == 0);
-  FrameView shorter{std::span<const std::byte>(bytes).first(bytes.size() - 1), {}, 5, 1, 123};
+  FrameView shorter{
+      std::span<const std::byte>(bytes).first(bytes.size() - 1), {}, 5, 1, 123, 0, std::nullopt};
   CHECK(fill_image_sample(m, shorter, fmt, id, 1) == Verdict::not_image);
   ImageFormat unknown{"yuv422", 64, 48};
   CHECK(fill_image_sample(m, f, unknown, id, 1) == Verdict::not_image);
@@ -499,7 +504,7 @@ TEST_CASE("fill_frame_sample carries sequence, epoch, time and metadata") {
   using namespace ipcring::bridge;
   std::vector<std::byte> bytes(32, std::byte{3});
   std::vector<std::byte> meta(10, std::byte{9});
-  FrameView f{bytes, meta, 42, 7, 555};
+  FrameView f{bytes, meta, 42, 7, 555, 0, std::nullopt};
   ipcring_bridge_Frame s{};
   fill_frame_sample(s, f, "camera", 999);
   CHECK(std::string(s.channel) == "camera");
@@ -512,6 +517,30 @@ TEST_CASE("fill_frame_sample carries sequence, epoch, time and metadata") {
   CHECK_FALSE(s.has_tensor);
   CHECK(s.capture_time_ns == 0);
   CHECK(check_frame_sample(s, 32) == Verdict::ok);
+  CHECK_FALSE(sample_tensor(s).has_value());
+}
+
+TEST_CASE("fill_frame_sample and sample_tensor carry the tensor description and capture time") {
+  using namespace ipcring::bridge;
+  std::vector<std::byte> bytes(2 * 3 * 4, std::byte{1});
+  const ipcring::TensorDesc t = ipcring::TensorDesc::contiguous(ipcring::DType::float_, 32, {2, 3});
+  FrameView f{bytes, {}, 1, 1, 10, 12345, t};
+  ipcring_bridge_Frame s{};
+  fill_frame_sample(s, f, "camera", 0);
+  CHECK(s.has_tensor);
+  CHECK(s.capture_time_ns == 12345);
+  const auto back = sample_tensor(s);
+  REQUIRE(back.has_value());
+  CHECK(back->dtype_code == t.dtype_code);
+  CHECK(back->dtype_bits == 32);
+  CHECK(back->ndim == 2);
+  CHECK(back->shape[0] == 2);
+  CHECK(back->shape[1] == 3);
+  CHECK(ipcring::tensor_fits(*back, bytes.size()));
+  // A hostile ndim is refused at the check, and never turned into a description.
+  s.tensor.ndim = 9;
+  CHECK(check_frame_sample(s, bytes.size()) == Verdict::bad_tensor);
+  CHECK_FALSE(sample_tensor(s).has_value());
 }
 
 TEST_CASE("pattern::origin_sequence inverts the payload pattern") {

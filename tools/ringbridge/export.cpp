@@ -213,7 +213,8 @@ class Exporter {
       ++stats_.unmatched;
       return;
     }
-    FrameView v{{f.data(), f.size()}, f.metadata(), f.sequence(), f.epoch(), f.timestamp_ns()};
+    FrameView v{{f.data(), f.size()}, f.metadata(),        f.sequence(), f.epoch(),
+                f.timestamp_ns(),     f.capture_time_ns(), f.tensor()};
     const std::uint64_t now = realtime_ns();
     dds_return_t rc = 0;
     if (o_.ros2) {

@@ -29,6 +29,7 @@ struct ImportStats {
   std::uint64_t dds_lost = 0;       // samples Cyclone reports lost (SAMPLE_LOST status)
   std::uint64_t too_large = 0;      // larger than the channel's frame_bytes
   std::uint64_t bad = 0;            // bad metadata, tensor or image shape
+  std::uint64_t untyped = 0;        // a tensor description that does not fit its payload: dropped
   std::uint64_t loan_failures = 0;  // no free slot within 100 ms (readers hold every frame)
   std::uint64_t publish_errors = 0;
   std::uint64_t source_restarts = 0;  // the sender's epoch changed or its sequence went back
@@ -129,8 +130,10 @@ class Importer {
     have_last_ = true;
     last_epoch_ = s.producer_epoch;
     last_sequence_ = s.sequence_number;
+    const std::optional<TensorDesc> tensor = sample_tensor(s);
     publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length},
-            {reinterpret_cast<const std::byte*>(s.metadata._buffer), s.metadata._length});
+            {reinterpret_cast<const std::byte*>(s.metadata._buffer), s.metadata._length},
+            s.capture_time_ns, tensor ? &*tensor : nullptr);
   }
 
   void handle_image(const sensor_msgs_msg_dds__Image_& s) {
@@ -139,10 +142,11 @@ class Importer {
       count_drop(v, stats_.received, s.data._length);
       return;
     }
-    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length}, {});
+    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length}, {}, 0, nullptr);
   }
 
-  void publish(std::span<const std::byte> data, std::span<const std::byte> metadata) {
+  void publish(std::span<const std::byte> data, std::span<const std::byte> metadata,
+               std::uint64_t capture_time_ns, const TensorDesc* tensor) {
     auto loan = producer_->loan(milliseconds(100));
     if (!loan) {
       ++stats_.loan_failures;
@@ -150,6 +154,12 @@ class Importer {
     }
     if (!data.empty()) std::memcpy(loan->data(), data.data(), data.size());
     if (!metadata.empty()) loan->set_metadata(metadata);
+    if (capture_time_ns != 0) loan->set_capture_time_ns(capture_time_ns);
+    // A description that does not fit this payload (hostile, or cut) is not set and counted
+    // (untyped); the payload still goes through.
+    if (tensor != nullptr && (!tensor_fits(*tensor, data.size()) || !loan->set_tensor(*tensor))) {
+      ++stats_.untyped;
+    }
     try {
       producer_->publish(std::move(*loan), data.size());
       ++stats_.published;
@@ -178,7 +188,8 @@ class Importer {
     const double secs = duration<double>(steady_clock::now() - start_).count();
     std::printf(
         "ringbridge import %s -> %s: received=%llu published=%llu lost=%llu dds_lost=%llu "
-        "too_large=%llu bad=%llu loan_failures=%llu publish_errors=%llu source_restarts=%llu "
+        "too_large=%llu bad=%llu untyped=%llu loan_failures=%llu publish_errors=%llu "
+        "source_restarts=%llu "
         "seconds=%.2f\n",
         dds_topic_.c_str(), o_.channel.c_str(), static_cast<unsigned long long>(stats_.received),
         static_cast<unsigned long long>(stats_.published),
@@ -186,6 +197,7 @@ class Importer {
         static_cast<unsigned long long>(stats_.dds_lost),
         static_cast<unsigned long long>(stats_.too_large),
         static_cast<unsigned long long>(stats_.bad),
+        static_cast<unsigned long long>(stats_.untyped),
         static_cast<unsigned long long>(stats_.loan_failures),
         static_cast<unsigned long long>(stats_.publish_errors),
         static_cast<unsigned long long>(stats_.source_restarts), secs);

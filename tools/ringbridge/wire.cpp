@@ -10,6 +10,8 @@ namespace ipcring::bridge {
 
 static_assert(ipcring_bridge_kMaxMetadataBytes == kMaxMetadataBytes,
               "the wire type carries as much metadata as a frame can");
+static_assert(ipcring_bridge_kMaxDims == kMaxTensorDims,
+              "the wire type carries as many dimensions as a tensor description");
 
 const char* to_string(Verdict v) noexcept {
   switch (v) {
@@ -60,11 +62,35 @@ void fill_frame_sample(ipcring_bridge_Frame& s, const FrameView& f, std::string_
   s.sequence_number = f.sequence;
   s.publish_time_ns = f.publish_time_ns;
   s.send_realtime_ns = send_realtime_ns;
-  s.capture_time_ns = 0;  // channels do not carry a capture time yet
-  s.has_tensor = false;   // nor a tensor description
+  s.capture_time_ns = f.capture_time_ns;
+  s.has_tensor = f.tensor.has_value();
   s.tensor = ipcring_bridge_TensorDesc{};
+  if (f.tensor) {
+    s.tensor.dtype_code = f.tensor->dtype_code;
+    s.tensor.dtype_bits = f.tensor->dtype_bits;
+    s.tensor.ndim = std::min<std::uint8_t>(f.tensor->ndim, ipcring_bridge_kMaxDims);
+    for (std::size_t i = 0; i < kMaxTensorDims; ++i) {
+      s.tensor.shape[i] = f.tensor->shape[i];
+      s.tensor.strides[i] = f.tensor->strides[i];
+    }
+    s.tensor.byte_offset = f.tensor->byte_offset;
+  }
   borrow(s.metadata, f.metadata.subspan(0, std::min(f.metadata.size(), kMaxMetadataBytes)));
   borrow(s.data, f.data);
+}
+
+std::optional<TensorDesc> sample_tensor(const ipcring_bridge_Frame& s) noexcept {
+  if (!s.has_tensor || s.tensor.ndim > ipcring_bridge_kMaxDims) return std::nullopt;
+  TensorDesc t;
+  t.dtype_code = s.tensor.dtype_code;
+  t.dtype_bits = s.tensor.dtype_bits;
+  t.ndim = s.tensor.ndim;
+  for (std::size_t i = 0; i < kMaxTensorDims; ++i) {
+    t.shape[i] = s.tensor.shape[i];
+    t.strides[i] = s.tensor.strides[i];
+  }
+  t.byte_offset = s.tensor.byte_offset;
+  return t;
 }
 
 Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& s, const FrameView& f,

@@ -2,8 +2,8 @@
 // before it is published into a channel. No DDS calls here: the tests drive these directly.
 //
 // Two wire types (idl/): ipcring::bridge::Frame carries everything a frame has (payload,
-// sequence, epoch, publish time, metadata; tensor description and capture time once channels
-// carry them), and ROS 2's sensor_msgs/msg/Image for image-shaped uint8 frames.
+// sequence, epoch, publish time, metadata, tensor description, capture time), and ROS 2's
+// sensor_msgs/msg/Image for image-shaped uint8 frames.
 //
 // Borrowing: the fill_* functions point the sample's sequences at the frame's bytes (no copy,
 // _release = false); the sample is valid while the frame is held. dds_write serialises it, which
@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "ipcring/tensor.hpp"
 #include "ipcring_frame.h"
 #include "ros2_image.h"
 
@@ -50,6 +51,8 @@ struct FrameView {
   std::uint64_t sequence = 0;
   std::uint64_t epoch = 0;
   std::uint64_t publish_time_ns = 0;  // CLOCK_MONOTONIC of this machine
+  std::uint64_t capture_time_ns = 0;  // the producer's; 0: not set
+  std::optional<TensorDesc> tensor;   // the producer's tensor description, if any
 };
 
 // ---- sending --------------------------------------------------------------------------------
@@ -65,6 +68,10 @@ Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& sample, const FrameView& 
 
 // ---- receiving ------------------------------------------------------------------------------
 Verdict check_frame_sample(const ipcring_bridge_Frame& sample, std::size_t capacity) noexcept;
+// The tensor description a checked sample carries (nullopt: none). The receiving loan validates
+// it again against its data (Loan::set_tensor), so a description that does not fit is dropped
+// there, never trusted.
+std::optional<TensorDesc> sample_tensor(const ipcring_bridge_Frame& sample) noexcept;
 Verdict check_image_sample(const sensor_msgs_msg_dds__Image_& sample,
                            std::size_t capacity) noexcept;
 
