@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +48,7 @@
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "ringdump_stream.hpp"
+#include "signals.hpp"
 
 namespace {
 
@@ -71,15 +71,8 @@ int report(const ipcring::Error& e) {
 
 // ---- signals ----------------------------------------------------------------------------------
 
-volatile std::sig_atomic_t g_stop = 0;
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { g_stop = 1; };
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
+using ipcring::tools::g_stop;
+using ipcring::tools::install_stop_handlers;
 
 // Sleeps up to `ns`, returning early (false) once Ctrl-C was pressed.
 bool sleep_unless_stopped(std::uint64_t ns) {

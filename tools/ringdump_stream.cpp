@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -21,6 +20,7 @@
 
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
+#include "signals.hpp"
 
 namespace ringdump_stream {
 
@@ -32,15 +32,8 @@ using namespace std::chrono;
 using ipcring::tools::kExitError;
 using ipcring::tools::kExitOk;
 
-volatile std::sig_atomic_t g_stop = 0;
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { g_stop = 1; };
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
+using ipcring::tools::g_stop;
+using ipcring::tools::install_stop_handlers;
 
 std::uint64_t now_ns() {
   return static_cast<std::uint64_t>(
