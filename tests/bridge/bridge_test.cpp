@@ -522,7 +522,7 @@ TEST_CASE("fill_frame_sample carries sequence, epoch, time and metadata") {
 
 TEST_CASE("fill_frame_sample and sample_tensor carry the tensor description and capture time") {
   using namespace ipcring::bridge;
-  std::vector<std::byte> bytes(2 * 3 * 4, std::byte{1});
+  std::vector<std::byte> bytes(std::size_t{2} * 3 * 4, std::byte{1});
   const ipcring::TensorDesc t = ipcring::TensorDesc::contiguous(ipcring::DType::float_, 32, {2, 3});
   FrameView f{bytes, {}, 1, 1, 10, 12345, t};
   ipcring_bridge_Frame s{};
