@@ -197,21 +197,41 @@ struct Spec {
   std::string fault;  // IPCRING_FAULT for the role process, or empty
 };
 
+// Exit codes of a namespace init that could not set up its namespace.
+constexpr int kInitNotPrivate = 30;
+constexpr int kInitNoProc = 31;
+constexpr int kInitNoNextPid = 32;
+constexpr int kInitWrongPid = 33;
+
+// In a fresh mount namespace: mounts this PID namespace's own /proc, without the mount propagating
+// back to the parent namespace. The mount over /proc is a child of the mount /proc is on, so it is
+// enough that that mount is private: "/" recursively where "/" is a mount point, else (in a chroot,
+// whose "/" is a mere directory) /proc itself where a proc is mounted there.
+int mount_private_proc() {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 &&
+      mount(nullptr, "/proc", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return kInitNotPrivate;
+  }
+  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    return kInitNoProc;
+  }
+  return 0;
+}
+
 // The init of a fresh PID namespace: mounts its own /proc (in a private mount namespace), forks
 // the role process with a chosen PID, and exits with its status.
 int namespace_init(void* arg) {
   const Spec& spec = *static_cast<Spec*>(arg);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(30);
-  if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) _exit(31);
+  if (const int rc = mount_private_proc(); rc != 0) _exit(rc);
   int first = kTidA;
   if (spec.role == Role::producer || spec.role == Role::prober_b) first = kTidB;
-  if (!set_next_pid(first)) _exit(32);
+  if (!set_next_pid(first)) _exit(kInitNoNextPid);
   const pid_t child = fork();
   if (child == 0) {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): the role process has one thread here
     if (!spec.fault.empty()) setenv("IPCRING_FAULT", spec.fault.c_str(), 1);
-    if (getpid() != first) _exit(33);
+    if (getpid() != first) _exit(kInitWrongPid);
     int code = 99;
     try {
       switch (spec.role) {
@@ -245,10 +265,22 @@ pid_t spawn_in_namespace(Spec spec) {
   return clone(namespace_init, stack.data() + kStack, CLONE_NEWPID | CLONE_NEWNS | SIGCHLD, &spec);
 }
 
+// Whether a namespace init can do its setup here: the same steps, in a child that is the init of a
+// fresh PID and mount namespace.
 bool namespaces_available() {
   if (geteuid() != 0) return false;
   const pid_t pid = fork();
-  if (pid == 0) _exit(unshare(CLONE_NEWPID | CLONE_NEWNS) == 0 ? 0 : 1);
+  if (pid == 0) {
+    if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) _exit(1);
+    const pid_t init = fork();  // PID 1 of the new namespace
+    if (init == 0) {
+      if (mount_private_proc() != 0 || !set_next_pid(kTidA)) _exit(1);
+      _exit(0);
+    }
+    int status = 0;
+    if (init < 0 || waitpid(init, &status, 0) != init) _exit(1);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+  }
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -352,6 +384,11 @@ TEST_CASE("liveness holds across PID namespaces with colliding thread ids and ra
           ++unexplained;
         }
       } else {
+        // A namespace init that could not set up its namespace never starts a role process, and
+        // no kill would ever count: stop here rather than loop until the test's timeout.
+        REQUIRE_MESSAGE(
+            (WEXITSTATUS(status) < kInitNotPrivate || WEXITSTATUS(status) > kInitWrongPid),
+            "a namespace init could not set up its namespace: status " << WEXITSTATUS(status));
         ++exits;
         INFO("a role process exited with status " << WEXITSTATUS(status));
         CHECK(WEXITSTATUS(status) == 0);  // only evicted readers / doubled producers exit 0
