@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-compiles the library and the in-process protocol tests for aarch64 (Debian's
-# g++-aarch64-linux-gnu; Boost.Interprocess and doctest are header-only, so the host's headers
+# g++-aarch64-linux-gnu; doctest is header-only, so the host's headers
 # serve) and runs the slot-protocol and layout tests under qemu-user. The shared-memory layout's
 # static_asserts are checked for aarch64 by the compile itself. The API and process suites are not
 # run there: qemu-user does not implement the kernel's robust-futex list (set_robust_list), and
@@ -13,9 +13,8 @@ command -v "$cxx" >/dev/null && command -v qemu-aarch64 >/dev/null || {
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/inc"
-ln -s /usr/include/boost "$out/inc/boost"
 ln -s /usr/include/doctest "$out/inc/doctest"
-sources=(src/errors.cpp src/producer.cpp src/reader.cpp src/inspect.cpp src/tensor.cpp src/segment/segment.cpp
+sources=(src/errors.cpp src/common/format.cpp src/common/naming.cpp src/producer.cpp src/reader.cpp src/inspect.cpp src/tensor.cpp src/segment/segment.cpp
          src/lease/lease.cpp src/wait/futex.cpp src/backend/host/host_pool.cpp
          src/backend/cuda/cuda_unavailable.cpp tests/unit/main.cpp tests/unit/ring_test.cpp
          tests/unit/layout_test.cpp)

@@ -1,3 +1,4 @@
+#include "ipcring/config.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/inspect.hpp"
 #include "ipcring/result.hpp"
@@ -68,6 +69,26 @@ const char* to_string(Status s) noexcept {
       return "forked";
     case Status::backend_error:
       return "backend_error";
+  }
+  return "unknown";
+}
+
+const char* to_string(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::host:
+      return "host";
+    case Backend::cuda:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+const char* to_string(ReadPolicy policy) noexcept {
+  switch (policy) {
+    case ReadPolicy::latest:
+      return "latest";
+    case ReadPolicy::sequential:
+      return "sequential";
   }
   return "unknown";
 }

@@ -12,9 +12,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "common/clock.hpp"
+#include "common/naming.hpp"
 #include "core.hpp"
 #include "inspect_internal.hpp"
 #include "ipcring/error.hpp"
@@ -31,19 +33,13 @@ bool is_active(std::uint64_t lease_word) {
          static_cast<std::uint8_t>(detail::LeaseState::active);
 }
 
-std::string hex(std::uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 // Liveness of a lease: one load of its lock word (nothing is written, so a snapshot never changes
 // what producer and readers see). `who` names the owner in problems.
 bool lease_alive(const detail::MutexStorage& storage, const std::string& who,
                  std::vector<std::string>& problems) {
   if (!detail::lease_mutex_plausible(storage)) {
     problems.push_back(who + "'s lease is not a robust process-shared mutex (kind " +
-                       hex(static_cast<std::uint32_t>(detail::lease_mutex_kind(storage))) +
+                       format_hex(static_cast<std::uint32_t>(detail::lease_mutex_kind(storage))) +
                        "); counted as dead");
     return false;
   }
@@ -101,16 +97,14 @@ void read_frame_header_estimate(const SegmentView& view, std::uint32_t i, std::u
   }
 }
 
-}  // namespace
-
-Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
-                       std::uint32_t mode) {
+// The channel's geometry and fixed header fields.
+void snapshot_header(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
+                     std::uint32_t mode, Snapshot& s) {
   const Geometry& g = view.geo;
-  Snapshot s;
   s.name = std::string(name);
   s.layout_version = kLayoutVersion;  // validated equal to the segment's
   s.backend = g.backend == 2 ? Backend::cuda : Backend::host;
-  s.slots = g.slots;
+  s.slot_count = g.slots;
   s.max_readers = g.max_readers;
   s.max_held = g.max_held;
   s.frame_bytes = g.frame_bytes;
@@ -123,7 +117,11 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   s.created_unix_ns = view.header().created_ns;
   s.reap_period_ns = view.header().reap_period_ns;
   s.metadata_bytes = g.metadata_bytes;
+}
 
+// The producer block and the producer's lease.
+void snapshot_producer(const SegmentView& view, Snapshot& s) {
+  const Geometry& g = view.geo;
   ProducerBlock& p = view.producer();
   const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
   s.producer.epoch = LeaseWord::generation(pw);
@@ -132,7 +130,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     s.producer.alive = lease_alive(p.lease, "the producer", s.problems);
   } else if (!lease_mutex_plausible(p.lease)) {
     s.problems.push_back("the producer's lease is not a robust process-shared mutex (kind " +
-                         hex(static_cast<std::uint32_t>(lease_mutex_kind(p.lease))) + ")");
+                         format_hex(static_cast<std::uint32_t>(lease_mutex_kind(p.lease))) + ")");
   }
   s.producer.pid = p.pid.load(std::memory_order_relaxed);
   s.producer.instance_id = p.instance_id.load(std::memory_order_relaxed);
@@ -149,7 +147,44 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   if (pstate > static_cast<std::uint8_t>(LeaseState::closed)) {
     s.problems.push_back("the producer's lease word has unknown state " + std::to_string(pstate));
   }
+}
 
+// One active reader entry (lease word `w`).
+ReaderInfo reader_info(ReaderEntry& e, std::uint32_t i, std::uint64_t w,
+                       std::vector<std::string>& problems) {
+  ReaderInfo r;
+  r.index = i;
+  r.alive = lease_alive(e.lease, "reader " + std::to_string(i), problems);
+  r.pid = e.pid.load(std::memory_order_relaxed);
+  r.generation = LeaseWord::generation(w);
+  r.instance_id = e.instance_id.load(std::memory_order_relaxed);
+  const std::uint32_t pol = e.policy.load(std::memory_order_relaxed);
+  r.policy = pol == 1 ? ReadPolicy::sequential : ReadPolicy::latest;
+  if (pol > 1) {
+    problems.push_back("reader " + std::to_string(i) + " has policy " + std::to_string(pol));
+  }
+  r.frames_read = e.frames_read.load(std::memory_order_relaxed);
+  r.overruns = e.overruns.load(std::memory_order_relaxed);
+  r.last_sequence = e.last_sequence.load(std::memory_order_relaxed);
+  r.last_read_ns = e.last_read_ns.load(std::memory_order_relaxed);
+  r.attached_ns = e.attached_ns.load(std::memory_order_relaxed);
+  r.hold_histogram.resize(kHoldBuckets);
+  for (std::size_t b = 0; b < kHoldBuckets; ++b) {
+    r.hold_histogram[b] = e.hold_histogram[b].load(std::memory_order_relaxed);
+  }
+  r.delay_histogram.resize(kDelayBuckets);
+  for (std::size_t b = 0; b < kDelayBuckets; ++b) {
+    r.delay_histogram[b] = e.delay_histogram[b].load(std::memory_order_relaxed);
+    r.delay_count += r.delay_histogram[b];
+  }
+  r.delay_p50_ns = delay_quantile_ns(r.delay_histogram, 0.5);
+  r.delay_p99_ns = delay_quantile_ns(r.delay_histogram, 0.99);
+  return r;
+}
+
+// The reader entries in use; returns the bits of the entries that read as active.
+std::uint64_t snapshot_readers(const SegmentView& view, Snapshot& s) {
+  const Geometry& g = view.geo;
   std::uint64_t active_mask = 0;
   for (std::uint32_t i = 0; i < g.max_readers; ++i) {
     ReaderEntry& e = view.reader(i);
@@ -160,7 +195,8 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
       if (!lease_mutex_plausible(e.lease)) {
         s.problems.push_back("free reader entry " + std::to_string(i) +
                              "'s lease is not a robust process-shared mutex (kind " +
-                             hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) + ")");
+                             format_hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) +
+                             ")");
       }
       continue;
     }
@@ -170,39 +206,17 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
       continue;
     }
     active_mask |= SlotWord::bit(i);
-    ReaderInfo r;
-    r.index = i;
-    r.alive = lease_alive(e.lease, "reader " + std::to_string(i), s.problems);
-    r.pid = e.pid.load(std::memory_order_relaxed);
-    r.generation = LeaseWord::generation(w);
-    r.instance_id = e.instance_id.load(std::memory_order_relaxed);
-    const std::uint32_t pol = e.policy.load(std::memory_order_relaxed);
-    r.policy = pol == 1 ? ReadPolicy::sequential : ReadPolicy::latest;
-    if (pol > 1) {
-      s.problems.push_back("reader " + std::to_string(i) + " has policy " + std::to_string(pol));
-    }
-    r.frames_read = e.frames_read.load(std::memory_order_relaxed);
-    r.overruns = e.overruns.load(std::memory_order_relaxed);
-    r.last_sequence = e.last_sequence.load(std::memory_order_relaxed);
-    r.last_read_ns = e.last_read_ns.load(std::memory_order_relaxed);
-    r.attached_ns = e.attached_ns.load(std::memory_order_relaxed);
-    r.hold_histogram.resize(kHoldBuckets);
-    for (std::size_t b = 0; b < kHoldBuckets; ++b) {
-      r.hold_histogram[b] = e.hold_histogram[b].load(std::memory_order_relaxed);
-    }
-    r.delay_histogram.resize(kDelayBuckets);
-    for (std::size_t b = 0; b < kDelayBuckets; ++b) {
-      r.delay_histogram[b] = e.delay_histogram[b].load(std::memory_order_relaxed);
-      r.delay_count += r.delay_histogram[b];
-    }
-    r.delay_p50_ns = delay_quantile_ns(r.delay_histogram, 0.5);
-    r.delay_p99_ns = delay_quantile_ns(r.delay_histogram, 0.99);
-    s.readers.push_back(std::move(r));
+    s.readers.push_back(reader_info(e, i, w, s.problems));
   }
+  return active_mask;
+}
 
+// Every slot; returns the reader bits set in slots whose reader entry read as free.
+std::uint64_t snapshot_slots(const SegmentView& view, Snapshot& s, std::uint64_t active_mask) {
+  const Geometry& g = view.geo;
   const std::uint64_t valid_bits = (1ULL << g.max_readers) - 1;  // max_readers <= 32
   std::uint64_t free_holders = 0;  // bits set in slots whose reader entry read as free
-  s.slots_info.reserve(g.slots);
+  s.slots.reserve(g.slots);
   for (std::uint32_t i = 0; i < g.slots; ++i) {
     Slot& slot = view.slot(i);
     const std::uint64_t w = slot.state.load(std::memory_order_acquire);
@@ -226,7 +240,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     read_frame_header_estimate(view, i, w, si, s.problems);
     if ((si.reader_mask & ~valid_bits) != 0) {
       s.problems.push_back("slot " + std::to_string(i) + " has reader bits beyond max_readers: " +
-                           hex(si.reader_mask & ~valid_bits));
+                           format_hex(si.reader_mask & ~valid_bits));
     }
     free_holders |= si.reader_mask & valid_bits & ~active_mask;
     if (si.bytes > g.frame_bytes && si.state != SlotState::writing) {
@@ -236,19 +250,24 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
     for (auto& r : s.readers) {
       if ((si.reader_mask & SlotWord::bit(r.index)) != 0) r.held_slots.push_back(i);
     }
-    s.slots_info.push_back(si);
+    s.slots.push_back(si);
   }
+  return free_holders;
+}
 
-  // Cross-checks against values read before the slots, re-read now so that a producer or reader
-  // acting during the snapshot is not reported as corruption.
-  //  * Sequences: a slot read as published carries at most head + 1, where head is read after the
-  //    slot (the producer stores head (P4) after publishing the slot (P2), and our acquire load of
-  //    the slot word synchronises with P2, so a later load of head sees at least the previous
-  //    publication's head).
-  //  * Reader bits of entries that read as free: a reader may have attached (L1) and claimed a
-  //    slot after we read its entry; only an entry still free now is a problem.
+// Cross-checks against values read before the slots, re-read now so that a producer or reader
+// acting during the snapshot is not reported as corruption.
+//  * Sequences: a slot read as published carries at most head + 1, where head is read after the
+//    slot (the producer stores head (P4) after publishing the slot (P2), and our acquire load of
+//    the slot word synchronises with P2, so a later load of head sees at least the previous
+//    publication's head).
+//  * Reader bits of entries that read as free: a reader may have attached (L1) and claimed a
+//    slot after we read its entry; only an entry still free now is a problem.
+void cross_check(const SegmentView& view, Snapshot& s, std::uint64_t free_holders) {
+  const Geometry& g = view.geo;
+  ProducerBlock& p = view.producer();
   const std::uint64_t head_after = LogWord::sequence(p.head.load(std::memory_order_acquire));
-  for (const SlotInfo& si : s.slots_info) {
+  for (const SlotInfo& si : s.slots) {
     if (si.state != SlotState::writing && si.sequence > head_after &&
         si.sequence - head_after > 1) {
       s.problems.push_back("slot " + std::to_string(si.index) + " has sequence " +
@@ -265,19 +284,31 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
         still_free |= SlotWord::bit(i);
       }
     }
-    for (const SlotInfo& si : s.slots_info) {
+    for (const SlotInfo& si : s.slots) {
       if ((si.reader_mask & still_free) != 0) {
         s.problems.push_back("slot " + std::to_string(si.index) +
                              " is held by free reader entries (mask " +
-                             hex(si.reader_mask & still_free) + ")");
+                             format_hex(si.reader_mask & still_free) + ")");
       }
     }
   }
+}
+
+}  // namespace
+
+Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint32_t owner_uid,
+                       std::uint32_t mode) {
+  Snapshot s;
+  snapshot_header(view, name, owner_uid, mode, s);
+  snapshot_producer(view, s);
+  const std::uint64_t active_mask = snapshot_readers(view, s);
+  const std::uint64_t free_holders = snapshot_slots(view, s, active_mask);
+  cross_check(view, s, free_holders);
   return s;
 }
 
 Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view name) {
-  const std::string ch = "ipcring: channel '" + std::string(name) + "': ";
+  const std::string ch = channel_prefix(name);
   if (reinterpret_cast<std::uintptr_t>(base) % kLine != 0) {
     throw Error(Errc::invalid_argument,
                 ch + "segment image is not aligned to " + std::to_string(kLine) + " bytes");
@@ -296,13 +327,64 @@ Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view n
   }
   if (magic != kMagic) {
     throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
-                                            hex(magic) + ", expected " + hex(kMagic));
+                                            format_hex(magic) + ", expected " + format_hex(kMagic));
   }
   // An image of the control segment, or of the whole object (control segment and frame pool).
   const bool whole = copy.object_bytes != copy.segment_bytes && size == copy.object_bytes;
   const Geometry g = validate_header(copy, size, name, whole);
   return snapshot_view(SegmentView{base, g}, name, 0, 0);
 }
+
+namespace {
+
+// What removal found under the repair lock: the object (validated, or the error validating it).
+struct RemovalCandidate {
+  const OpenedSegment* opened = nullptr;  // null when it could not be validated
+  const Error* error = nullptr;           // why not
+};
+// Opens the channel's object, takes its repair lock, checks the name still refers to it, calls
+// `verify` (which throws to refuse), and removes the name. False when there is no such name.
+// Throws Error(channel_busy) when the repair lock stays taken.
+bool remove_object(std::string_view channel, bool validate,
+                   const std::function<void(const RemovalCandidate&)>& verify) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const int fd = open_object(channel);
+    if (fd < 0) return false;
+    struct FdCloser {
+      int fd;
+      ~FdCloser() { close(fd); }
+    } closer{fd};
+    struct stat st {};
+    if (fstat(fd, &st) != 0) throw_system(channel, "fstat", errno);
+    RepairLock lock;
+    if (!lock.acquire(fd, std::chrono::milliseconds(2000))) {
+      throw Error(Errc::channel_busy, channel_prefix(channel) + "the repair lock of " +
+                                          object_path(channel) +
+                                          " stayed taken for 2 s; not removing it");
+    }
+    // Under the lock, the name can change only through a process that does not follow the
+    // protocol: every remover takes this lock, and a creator only names an absent name.
+    if (!still_named(channel, st.st_dev, st.st_ino)) continue;  // replaced: look again
+    RemovalCandidate candidate;
+    OpenedSegment opened;
+    std::optional<Error> error;
+    if (validate) {
+      try {
+        opened = open_segment_fd(channel, fd);
+        candidate.opened = &opened;
+      } catch (const Error& e) {
+        error = e;
+        candidate.error = &*error;
+      }
+    }
+    verify(candidate);  // throws to refuse
+    return unlink_name_if(object_name(channel), st.st_dev, st.st_ino);
+  }
+  throw Error(Errc::system_error, channel_prefix(channel) + object_path(channel) +
+                                      " kept changing while we tried to remove it");
+}
+
+}  // namespace
 
 }  // namespace detail
 
@@ -326,25 +408,23 @@ std::uint64_t delay_quantile_ns(const std::vector<std::uint64_t>& histogram, dou
   return 0;
 }
 
+const char* producer_state(const ProducerInfo& p) noexcept {
+  if (p.alive) return "alive";
+  return p.closed ? "closed" : "dead";
+}
+
+std::vector<std::uint32_t> mask_indices(std::uint64_t reader_mask) {
+  std::vector<std::uint32_t> indices;
+  for (std::uint32_t i = 0; i < 64; ++i) {
+    if (((reader_mask >> i) & 1U) != 0) indices.push_back(i);
+  }
+  return indices;
+}
+
 Snapshot inspect(std::string_view name) {
   using namespace detail;
   OpenedSegment opened = open_segment(name);
   return snapshot_view(opened.mapping->view, name, opened.owner_uid, opened.mode);
-}
-
-std::vector<std::string> list_channels() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    const std::string file = entry.path().filename().string();
-    std::string_view n(file);
-    if (!n.starts_with("ipcring.")) continue;
-    n.remove_prefix(8);
-    if (n.ends_with(".frames")) continue;
-    names.emplace_back(n);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::size_t reap_dead_readers(std::string_view name) {
@@ -357,9 +437,9 @@ std::size_t reap_dead_readers(std::string_view name) {
     if (is_active(e.lease_word.load(std::memory_order_acquire)) &&
         !lease_mutex_plausible(e.lease)) {
       throw Error(Errc::corrupt_segment,
-                  "ipcring: channel '" + std::string(name) + "': corrupt control segment: reader " +
-                      std::to_string(i) + "'s lease is not a robust process-shared mutex (kind " +
-                      hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) +
+                  channel_prefix(name) + "corrupt control segment: reader " + std::to_string(i) +
+                      "'s lease is not a robust process-shared mutex (kind " +
+                      format_hex(static_cast<std::uint32_t>(lease_mutex_kind(e.lease))) +
                       "); not reaping");
     }
   }
@@ -375,7 +455,7 @@ bool remove_channel(std::string_view name, bool force) {
   validate_name(name);
   // Under the object's repair lock, on the very object the name refers to (segment.hpp): the
   // liveness checked is that object's, and nothing can take it over or replace it meanwhile.
-  return remove_object(name, control_object_name(name), !force, [&](const RemovalCandidate& c) {
+  return remove_object(name, !force, [&](const RemovalCandidate& c) {
     if (force) return;
     if (c.opened == nullptr) {
       throw Error(c.error->code(),
@@ -392,8 +472,8 @@ bool remove_channel(std::string_view name, bool force) {
               " pid " + std::to_string(r.pid);
     }
     if (!live.empty()) {
-      throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(name) + "' is in use (" +
-                                          live + "); refusing to remove it");
+      throw Error(Errc::channel_busy,
+                  channel_prefix(name) + "in use (" + live + "); refusing to remove it");
     }
   });
 }

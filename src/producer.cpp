@@ -30,10 +30,6 @@ namespace detail {
 
 namespace {
 
-std::string channel_prefix(std::string_view name) {
-  return "ipcring: channel '" + std::string(name) + "': ";
-}
-
 void check_config(std::string_view name, const ChannelConfig& c) {
   const std::string ch = channel_prefix(name);
   auto bad = [&](const std::string& what) { throw Error(Errc::invalid_config, ch + what); };
@@ -55,9 +51,7 @@ void check_config(std::string_view name, const ChannelConfig& c) {
     bad("backend = " + std::to_string(static_cast<unsigned>(c.backend)) + " is unknown");
   }
   if ((c.mode & ~0777U) != 0 || (c.mode & 0600) != 0600 || (c.mode & 0002) != 0) {
-    char m[16];
-    std::snprintf(m, sizeof m, "0%o", c.mode);
-    bad(std::string("mode = ") + m +
+    bad("mode = " + format_mode(c.mode) +
         "; must include owner read/write (0600) and must not be world-writable");
   }
   if (c.reap_period.count() <= 0) bad("reap_period must be positive");
@@ -308,7 +302,7 @@ ProducerCore::~ProducerCore() {
   }
   // Remove the name if it still refers to our object (ringdump rm --force and a new producer may
   // have replaced it): processes that still map the object keep it until they detach.
-  unlink_name_if(control_object_name(name), mapping->device(), mapping->inode());
+  unlink_name_if(object_name(name), mapping->device(), mapping->inode());
   fault_point("close.unlinked");
   if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(mapping);  // NOLINT: abandoned lease
 }
@@ -447,7 +441,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
       p.lease_word.store(
           LeaseWord::make(LeaseWord::generation(p.lease_word.load()), LeaseState::closed),
           std::memory_order_release);
-      unlink_name_if(control_object_name(name), opened.mapping->device(), opened.mapping->inode());
+      unlink_name_if(object_name(name), opened.mapping->device(), opened.mapping->inode());
       if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
       continue;
     }
@@ -520,8 +514,8 @@ std::uint64_t Producer::publish(Loan&& loan, std::size_t bytes) {
 std::uint64_t Producer::publish(Loan&& loan, std::size_t bytes, CudaStream stream) {
   if (loan.core_ != core_ || !core_) {
     throw Error(Errc::invalid_argument,
-                "ipcring: channel '" + (core_ ? core_->name : std::string("?")) +
-                    "': publish() of a loan that " +
+                channel_prefix(core_ ? core_->name : std::string("?")) +
+                    "publish() of a loan that " +
                     (loan.core_ ? "belongs to another producer" : "is empty or already published"));
   }
   return core_->publish(loan, bytes, stream);

@@ -116,7 +116,7 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
     return Status::no_frame;
   }
   // A takeover may have completed since try_read read the epoch: a frame of an ended epoch is
-  // never returned once the new epoch is visible (the model's epoch-after-takeover case). The
+  // never returned once the new epoch is visible (the model's epoch-recheck-removed case). The
   // producer's lease line is read-mostly, so this load costs little.
   if (LeaseWord::generation(view.producer().lease_word.load(std::memory_order_acquire)) != epoch) {
     release_read(slot, bit, generation);
@@ -361,14 +361,13 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   using namespace detail;
   validate_name(name);
   if (options.wait_for_channel.count() < 0) {
-    throw Error(Errc::invalid_argument,
-                "ipcring: channel '" + std::string(name) + "': wait_for_channel is negative (" +
-                    std::to_string(options.wait_for_channel.count()) + " ns)");
+    throw Error(Errc::invalid_argument, channel_prefix(name) + "wait_for_channel is negative (" +
+                                            std::to_string(options.wait_for_channel.count()) +
+                                            " ns)");
   }
   if (options.wait_for_channel.count() > 0) return attach_waiting(name, options);
   if (options.policy != ReadPolicy::latest && options.policy != ReadPolicy::sequential) {
-    throw Error(Errc::invalid_argument, "ipcring: channel '" + std::string(name) +
-                                            "': unknown read policy " +
+    throw Error(Errc::invalid_argument, channel_prefix(name) + "unknown read policy " +
                                             std::to_string(static_cast<unsigned>(options.policy)));
   }
   OpenedSegment opened = open_segment(name);
@@ -400,8 +399,7 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
       pids += std::to_string(view.reader(i).pid.load(std::memory_order_relaxed));
     }
     throw Error(Errc::too_many_readers,
-                "ipcring: channel '" + std::string(name) + "': all " +
-                    std::to_string(view.geo.max_readers) +
+                channel_prefix(name) + "all " + std::to_string(view.geo.max_readers) +
                     " reader entries (max_readers) are held by live readers (pids " + pids +
                     (view.geo.max_readers > 8 ? ",..." : "") + ")");
   }

@@ -8,6 +8,7 @@
 namespace ipcring {
 
 enum class Backend : std::uint32_t { host = 1, cuda = 2 };
+const char* to_string(Backend backend) noexcept;  // "host", "cuda"
 
 struct ChannelConfig {
   // The defaults satisfy the sizing rule below (8 >= 4 * 1 + 2).
@@ -37,6 +38,7 @@ enum class ReadPolicy : std::uint32_t {
   sequential = 1,  // each read returns the next frame in order; frames lost to the producer
                    // lapping this reader are counted as overruns
 };
+const char* to_string(ReadPolicy policy) noexcept;  // "latest", "sequential"
 
 struct ReaderOptions {
   ReadPolicy policy = ReadPolicy::latest;

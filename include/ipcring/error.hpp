@@ -2,6 +2,7 @@
 // it reports through Result (result.hpp).
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,6 +32,14 @@ enum class Errc : int {
 };
 
 const char* to_string(Errc code) noexcept;
+
+// How messages spell values, in the library, the tools and the Python module alike.
+// "ipcring: channel 'NAME': ", the start of every message about one channel.
+std::string channel_prefix(std::string_view channel);
+// A permission mode in octal, as chmod takes it: "0600", "02775".
+std::string format_mode(std::uint32_t mode);
+// "0x" and lower-case hex digits, at least `min_digits` of them: format_hex(10, 2) is "0x0a".
+std::string format_hex(std::uint64_t value, int min_digits = 1);
 
 class Error : public std::runtime_error {
  public:

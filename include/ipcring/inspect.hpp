@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "ipcring/config.hpp"
+#include "ipcring/naming.hpp"
 #include "ipcring/tensor.hpp"
 
 namespace ipcring {
@@ -86,7 +88,7 @@ struct Snapshot {
   std::string name;
   std::uint32_t layout_version = 0;
   Backend backend = Backend::host;
-  std::uint32_t slots = 0;
+  std::uint32_t slot_count = 0;
   std::uint32_t max_readers = 0;
   std::uint32_t max_held = 0;
   std::uint64_t frame_bytes = 0;
@@ -99,16 +101,124 @@ struct Snapshot {
   std::uint64_t reap_period_ns = 0;   // the producer's periodic reap, as configured at creation
   std::uint32_t metadata_bytes = 0;   // user metadata capacity per frame
   ProducerInfo producer;
-  std::vector<SlotInfo> slots_info;   // "slots" in JSON
+  std::vector<SlotInfo> slots;        // slot_count entries, by index
   std::vector<ReaderInfo> readers;    // entries in use: alive, or dead and not yet reaped
   std::vector<std::string> problems;  // inconsistencies found (out-of-range values ...)
 };
 
+// ---- The schema ---------------------------------------------------------------------------------
+// Every field a snapshot shows, in one place, under the names ringdump --json and the Python
+// module's inspect() use: the names of the structs above. ringdump adds only values derived at
+// display time (ages, rates, lag, percentiles of the hold histogram, owner name, octal mode).
+// for_each_field(record, visitor) calls, in schema order,
+//   visitor(name, value)         for a value: an integer, bool, const char* (an enum's to_string),
+//                                std::string, a std::vector of those, or a std::optional of one
+//                                of them (empty: null in JSON, None in Python);
+//   visitor.record(name, r)      for a nested record (the producer): visit it with for_each_field;
+//   visitor.records(name, list)  for a list of records (slots, readers).
+// Derived fields in the schema: producer.state (producer_state), slots[].reader_indices (the bits
+// of reader_mask), and a slot's tensor as dtype, shape, strides (in elements) and byte_offset,
+// each empty when the slot has no tensor; capture_time_ns and the delay quantiles are empty
+// while unset.
+
+const char* producer_state(const ProducerInfo& p) noexcept;          // "alive", "closed" or "dead"
+std::vector<std::uint32_t> mask_indices(std::uint64_t reader_mask);  // the set bits, ascending
+
+template <class Visitor>
+void for_each_field(const ProducerInfo& p, Visitor& v) {
+  v("pid", p.pid);
+  v("alive", p.alive);
+  v("closed", p.closed);
+  v("state", producer_state(p));
+  v("epoch", p.epoch);
+  v("instance_id", p.instance_id);
+  v("head", p.head);
+  v("published", p.published);
+  v("loan_failures", p.loan_failures);
+  v("readers_reaped", p.readers_reaped);
+  v("last_publish_ns", p.last_publish_ns);
+  v("started_ns", p.started_ns);
+  v("waiters", p.waiters);
+}
+
+template <class Visitor>
+void for_each_field(const SlotInfo& s, Visitor& v) {
+  using Dims = std::optional<std::vector<std::int64_t>>;
+  auto dims = [&](bool strides) -> Dims {
+    if (!s.has_tensor) return std::nullopt;
+    std::vector<std::int64_t> out;
+    for (std::uint8_t d = 0; d < s.tensor.ndim && d < 8; ++d) {
+      out.push_back(strides ? s.tensor.stride(d) : s.tensor.shape[d]);
+    }
+    return out;
+  };
+  auto if_tensor = [&](auto value) { return s.has_tensor ? std::optional(value) : std::nullopt; };
+  v("index", s.index);
+  v("sequence", s.sequence);
+  v("epoch", s.epoch);
+  v("state", to_string(s.state));
+  v("reader_mask", s.reader_mask);
+  v("reader_indices", mask_indices(s.reader_mask));
+  v("generation", s.generation);
+  v("bytes", s.bytes);
+  v("timestamp_ns", s.timestamp_ns);
+  v("capture_time_ns", s.capture_time_ns != 0 ? std::optional(s.capture_time_ns) : std::nullopt);
+  v("metadata_bytes", s.metadata_bytes);
+  v("dtype", s.has_tensor ? std::optional(s.tensor.dtype_name()) : std::nullopt);
+  v("shape", dims(false));
+  v("strides", dims(true));
+  v("byte_offset", if_tensor(s.tensor.byte_offset));
+}
+
+template <class Visitor>
+void for_each_field(const ReaderInfo& r, Visitor& v) {
+  auto if_counted = [&](std::uint64_t ns) {
+    return r.delay_count != 0 ? std::optional(ns) : std::nullopt;
+  };
+  v("index", r.index);
+  v("pid", r.pid);
+  v("alive", r.alive);
+  v("generation", r.generation);
+  v("instance_id", r.instance_id);
+  v("policy", to_string(r.policy));
+  v("frames_read", r.frames_read);
+  v("overruns", r.overruns);
+  v("last_sequence", r.last_sequence);
+  v("last_read_ns", r.last_read_ns);
+  v("attached_ns", r.attached_ns);
+  v("held_slots", r.held_slots);
+  v("hold_histogram", r.hold_histogram);
+  v("delay_histogram", r.delay_histogram);
+  v("delay_count", r.delay_count);
+  v("delay_p50_ns", if_counted(r.delay_p50_ns));
+  v("delay_p99_ns", if_counted(r.delay_p99_ns));
+}
+
+template <class Visitor>
+void for_each_field(const Snapshot& s, Visitor& v) {
+  v("name", s.name);
+  v("layout_version", s.layout_version);
+  v("backend", to_string(s.backend));
+  v("slot_count", s.slot_count);
+  v("max_readers", s.max_readers);
+  v("max_held", s.max_held);
+  v("frame_bytes", s.frame_bytes);
+  v("segment_bytes", s.segment_bytes);
+  v("frames_segment_bytes", s.frames_segment_bytes);
+  v("owner_uid", s.owner_uid);
+  v("mode", s.mode);
+  v("taken_ns", s.taken_ns);
+  v("created_unix_ns", s.created_unix_ns);
+  v("reap_period_ns", s.reap_period_ns);
+  v("metadata_bytes", s.metadata_bytes);
+  v.record("producer", s.producer);
+  v.records("slots", s.slots);
+  v.records("readers", s.readers);
+  v("problems", s.problems);
+}
+
 // Throws Error (not_found, version_mismatch, permission_denied, corrupt_segment ...).
 Snapshot inspect(std::string_view name);
-
-// Names of the channels present in /dev/shm (the control segments), sorted.
-std::vector<std::string> list_channels();
 
 // Probes every reader lease and reaps the dead ones, as Producer::reap_dead_readers() does, from
 // any process (ringdump reap). Returns how many were reaped.
@@ -117,8 +227,5 @@ std::size_t reap_dead_readers(std::string_view name);
 // Removes a channel's shared-memory objects. Refuses (Errc::channel_busy) while its producer or
 // any reader is alive, unless `force`. Returns false when the channel did not exist.
 bool remove_channel(std::string_view name, bool force = false);
-
-// Checks a channel name: 1..200 characters of [A-Za-z0-9_-]. Throws Errc::invalid_name.
-void validate_name(std::string_view name);
 
 }  // namespace ipcring

@@ -27,7 +27,7 @@ void fill(std::array<PyObject*, kMaxCode>& table, const py::dict& by_value) {
 }  // namespace
 
 std::string channel_prefix(const std::string& name) {
-  return "ipcring: channel '" + name + "': ";
+  return ipcring::channel_prefix(name);
 }
 
 PyObject* error_class(Errc code) noexcept {

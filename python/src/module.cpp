@@ -103,10 +103,10 @@ Backend parse_backend(const std::string& s, const std::string& channel) {
 }
 
 const char* backend_name(Backend b) {
-  return b == Backend::cuda ? "cuda" : "host";
+  return to_string(b);
 }
 const char* policy_name(ReadPolicy p) {
-  return p == ReadPolicy::sequential ? "sequential" : "latest";
+  return to_string(p);
 }
 
 py::object shape_tuple(const std::optional<TensorDesc>& t) {
@@ -610,60 +610,48 @@ class PyReader {
 
 // ---- inspect ---------------------------------------------------------------------------------
 
-// The raw Snapshot under ringdump's JSON names (tools/ringdump.cpp). ringdump's values derived
-// from the time of display (ages, rates, lag, owner name) are left to the caller.
+// The Snapshot as dicts and lists, field by field from its schema (for_each_field in
+// ipcring/inspect.hpp), which ringdump --json uses too. ringdump's values derived from the time
+// of display (ages, rates, lag, owner name) are left to the caller.
+class SnapshotDict {
+ public:
+  explicit SnapshotDict(py::dict& d) : d_(d) {}
+  template <class T>
+  void operator()(const char* name, const T& value) {
+    d_[name] = object(value);
+  }
+  template <class R>
+  void record(const char* name, const R& r) {
+    d_[name] = dict_of(r);
+  }
+  template <class R>
+  void records(const char* name, const std::vector<R>& rs) {
+    py::list out;
+    for (const R& r : rs) out.append(dict_of(r));
+    d_[name] = out;
+  }
+  template <class R>
+  static py::dict dict_of(const R& r) {
+    py::dict d;
+    SnapshotDict fields(d);
+    for_each_field(r, fields);
+    return d;
+  }
+
+ private:
+  template <class T>
+  static py::object object(const std::optional<T>& v) {
+    return v ? py::cast(*v) : py::none();
+  }
+  template <class T>
+  static py::object object(const T& v) {
+    return py::cast(v);
+  }
+  py::dict& d_;
+};
+
 py::dict snapshot_dict(const Snapshot& s) {
-  const char* producer_state = s.producer.alive ? "alive" : (s.producer.closed ? "closed" : "dead");
-  py::dict producer("pid"_a = s.producer.pid, "alive"_a = s.producer.alive,
-                    "closed"_a = s.producer.closed, "state"_a = producer_state,
-                    "epoch"_a = s.producer.epoch, "instance_id"_a = s.producer.instance_id,
-                    "head"_a = s.producer.head, "published"_a = s.producer.published,
-                    "loan_failures"_a = s.producer.loan_failures,
-                    "readers_reaped"_a = s.producer.readers_reaped,
-                    "last_publish_ns"_a = s.producer.last_publish_ns,
-                    "started_ns"_a = s.producer.started_ns, "waiters"_a = s.producer.waiters);
-  py::list slots;
-  for (const SlotInfo& si : s.slots_info) {
-    py::list indices;
-    for (std::uint32_t b = 0; b < 64; ++b) {
-      if ((si.reader_mask >> b) & 1U) indices.append(b);
-    }
-    const std::optional<TensorDesc> t =
-        si.has_tensor ? std::optional<TensorDesc>(si.tensor) : std::nullopt;
-    slots.append(py::dict("index"_a = si.index, "sequence"_a = si.sequence, "epoch"_a = si.epoch,
-                          "state"_a = to_string(si.state), "reader_mask"_a = si.reader_mask,
-                          "reader_indices"_a = indices, "generation"_a = si.generation,
-                          "bytes"_a = si.bytes, "timestamp_ns"_a = si.timestamp_ns,
-                          "capture_time_ns"_a = si.capture_time_ns != 0
-                                                    ? py::object(py::int_(si.capture_time_ns))
-                                                    : py::none(),
-                          "dtype"_a = dtype_name(t), "shape"_a = shape_tuple(t),
-                          "strides"_a = t && !t->is_contiguous() ? strides_tuple(t) : py::none(),
-                          "byte_offset"_a = t ? py::object(py::int_(t->byte_offset)) : py::none(),
-                          "metadata_bytes"_a = si.metadata_bytes));
-  }
-  py::list readers;
-  for (const ReaderInfo& r : s.readers) {
-    readers.append(py::dict(
-        "index"_a = r.index, "pid"_a = r.pid, "alive"_a = r.alive, "generation"_a = r.generation,
-        "instance_id"_a = r.instance_id, "policy"_a = policy_name(r.policy),
-        "frames_read"_a = r.frames_read, "overruns"_a = r.overruns,
-        "last_sequence"_a = r.last_sequence, "last_read_ns"_a = r.last_read_ns,
-        "attached_ns"_a = r.attached_ns, "held_slots"_a = r.held_slots,
-        "hold_histogram"_a = r.hold_histogram, "delay_count"_a = r.delay_count,
-        "delay_p50_ns"_a = r.delay_count != 0 ? py::object(py::int_(r.delay_p50_ns)) : py::none(),
-        "delay_p99_ns"_a = r.delay_count != 0 ? py::object(py::int_(r.delay_p99_ns)) : py::none(),
-        "delay_histogram"_a = r.delay_histogram));
-  }
-  return py::dict("name"_a = s.name, "layout_version"_a = s.layout_version,
-                  "backend"_a = backend_name(s.backend), "slot_count"_a = s.slots,
-                  "max_readers"_a = s.max_readers, "max_held"_a = s.max_held,
-                  "frame_bytes"_a = s.frame_bytes, "segment_bytes"_a = s.segment_bytes,
-                  "frames_segment_bytes"_a = s.frames_segment_bytes, "owner_uid"_a = s.owner_uid,
-                  "mode"_a = s.mode, "taken_ns"_a = s.taken_ns,
-                  "created_unix_ns"_a = s.created_unix_ns, "reap_period_ns"_a = s.reap_period_ns,
-                  "metadata_bytes"_a = s.metadata_bytes, "producer"_a = producer, "slots"_a = slots,
-                  "readers"_a = readers, "problems"_a = s.problems);
+  return SnapshotDict::dict_of(s);
 }
 
 std::string frame_repr(const PyFrame& f) {

@@ -463,8 +463,8 @@ std::optional<TakenEntry> take_reader_entry(const SegmentView& view, std::string
   RepairLock lock;
   if (!lock.acquire(view.fd, std::chrono::milliseconds(2000))) {
     throw Error(Errc::channel_busy,
-                "ipcring: channel '" + std::string(channel) +
-                    "': its repair lock (flock) stayed taken for 2 s; another process is "
+                channel_prefix(channel) +
+                    "its repair lock (flock) stayed taken for 2 s; another process is "
                     "attaching, detaching or reaping and is stalled (stopped?)");
   }
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {

@@ -18,50 +18,20 @@
 
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
+#include "common/naming.hpp"
 #include "ipcring/error.hpp"
-#include "ipcring/inspect.hpp"
-#include "lease/lease.hpp"
-
-namespace ipcring {
-
-void validate_name(std::string_view name) {
-  if (name.empty()) {
-    throw Error(Errc::invalid_name, "ipcring: channel name is empty");
-  }
-  if (name.size() > detail::kMaxNameLength) {
-    throw Error(Errc::invalid_name, "ipcring: channel name '" + std::string(name.substr(0, 40)) +
-                                        "...' is " + std::to_string(name.size()) +
-                                        " characters long; at most " +
-                                        std::to_string(detail::kMaxNameLength) + " are allowed");
-  }
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '-';
-    if (!ok) {
-      char shown[8];
-      std::snprintf(shown, sizeof shown, "0x%02x", static_cast<unsigned char>(c));
-      throw Error(Errc::invalid_name, "ipcring: channel name '" + std::string(name) +
-                                          "' has character " + shown + " at position " +
-                                          std::to_string(i) +
-                                          "; allowed are letters, digits, '_' and '-'");
-    }
-  }
-}
-
-}  // namespace ipcring
 
 namespace ipcring::detail {
-
-namespace {
 
 [[noreturn]] void throw_system(std::string_view channel, const std::string& what, int err) {
   Errc code = Errc::system_error;
   if (err == EACCES || err == EPERM) code = Errc::permission_denied;
   if (err == ENOENT) code = Errc::not_found;
-  throw Error(code, "ipcring: channel '" + std::string(channel) + "': " + what + ": " +
-                        errno_text(err) + " (errno " + std::to_string(err) + ")");
+  throw Error(code, channel_prefix(channel) + what + ": " + errno_text(err) + " (errno " +
+                        std::to_string(err) + ")");
 }
+
+namespace {
 
 // Process-wide registry: one mapping per control segment.
 std::mutex g_registry_mutex;
@@ -70,20 +40,7 @@ std::map<std::pair<dev_t, ino_t>, std::weak_ptr<Mapping>>& registry() {
   return *r;
 }
 
-std::string hex32(std::uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 }  // namespace
-
-std::string control_object_name(std::string_view channel) {
-  return "ipcring." + std::string(channel);
-}
-std::string shm_path(const std::string& object_name) {
-  return "/dev/shm/" + object_name;
-}
 
 const char* libc_identity() noexcept {
   static const std::string id = [] {
@@ -116,9 +73,9 @@ Mapping::~Mapping() {
 
 std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
                                         unsigned mode) {
-  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
+  const std::string ch = channel_prefix(channel);
   // Nameless until link_segment: nobody can open it, remove it or mistake it for a channel.
-  int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 0777);
+  int fd = open(std::string(kShmDirectory).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 0777);
   if (fd < 0) {
     const int err = errno;
     throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::unsupported,
@@ -137,7 +94,7 @@ std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry
     if (err == ENOSPC || err == EFBIG) {
       struct statvfs vfs {};
       std::string free_text = "unknown";
-      if (statvfs("/dev/shm", &vfs) == 0) {
+      if (statvfs(std::string(kShmDirectory).c_str(), &vfs) == 0) {
         free_text = std::to_string(static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
       }
       const std::uint64_t mib = (geo.object_bytes + (1ULL << 20) - 1) >> 20;
@@ -155,21 +112,15 @@ std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry
   if (fstat(fd, &st) != 0) fail("fstat", errno);
   if ((st.st_mode & 0777) != (mode & 0777)) {
     close(fd);
-    throw Error(Errc::permission_denied, ch + "created with mode " + hex32(st.st_mode & 0777) +
-                                             " instead of " + hex32(mode & 0777));
+    throw Error(Errc::permission_denied, ch + "created with mode " +
+                                             format_mode(st.st_mode & 0777) + " instead of " +
+                                             format_mode(mode & 0777));
   }
-  void* base = mmap(nullptr, geo.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) fail("mmap of the new control segment", errno);
-  auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, geo.segment_bytes,
-                                           st.st_dev, st.st_ino);
-  mapping->view = SegmentView{static_cast<unsigned char*>(base), geo, fd};
-  std::lock_guard lock(g_registry_mutex);
-  registry()[{st.st_dev, st.st_ino}] = mapping;
-  return mapping;
+  return map_control_segment(channel, fd, geo, st.st_dev, st.st_ino, 0);
 }
 
 bool link_segment(const Mapping& mapping, std::string_view channel) {
-  const std::string path = shm_path(control_object_name(channel));
+  const std::string path = shm_path(object_name(channel));
   char proc[48];
   std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mapping.fd());
   // linkat never replaces: EEXIST when the name exists. Through /proc (no capability needed);
@@ -230,17 +181,20 @@ void publish_header(SegmentHeader& h) noexcept {
   h.magic.store(kMagic, std::memory_order_release);
 }
 
-Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
-                         std::string_view channel, bool whole_object) {
-  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
+namespace {
+
+[[noreturn]] void throw_corrupt(const std::string& ch, const std::string& what) {
+  throw Error(Errc::corrupt_segment, ch + "corrupt control segment: " + what);
+}
+
+// Layout version, byte order, the sizes of the shared types and the C library: the build that
+// made the segment must be this one's ABI.
+void check_build_identity(const SegmentHeader& h, const std::string& ch) {
   auto mismatch = [&](const char* what, std::uint64_t found, std::uint64_t expected) {
     throw Error(Errc::version_mismatch, ch + what + " is " + std::to_string(found) +
                                             " in the segment but " + std::to_string(expected) +
                                             " in this build (layout version " +
                                             std::to_string(kLayoutVersion) + ")");
-  };
-  auto corrupt = [&](const std::string& what) {
-    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: " + what);
   };
   if (h.layout_version != kLayoutVersion) {
     mismatch("layout version", h.layout_version, kLayoutVersion);
@@ -269,6 +223,11 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
                 ch + "segment was made by '" + libc + "' but this process runs '" +
                     libc_identity() + "'; robust mutexes are not portable across C libraries");
   }
+}
+
+// The configuration fields, each within its range (before the geometry is computed from them).
+void check_config_ranges(const SegmentHeader& h, const std::string& ch) {
+  auto corrupt = [&](const std::string& what) { throw_corrupt(ch, what); };
   if (h.slots < 1 || h.slots > kMaxSlots) {
     corrupt("slots = " + std::to_string(h.slots) + " (must be 1.." + std::to_string(kMaxSlots) +
             ")");
@@ -289,9 +248,11 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
     corrupt("metadata_bytes = " + std::to_string(h.metadata_bytes) + " (must be 0.." +
             std::to_string(kMaxFrameMetadataBytes) + ")");
   }
-  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const Geometry g = compute_geometry(h.slots, h.max_readers, h.max_held, h.frame_bytes, h.backend,
-                                      page, h.metadata_bytes);
+}
+
+// Every derived field equals what this build computes from the configuration fields.
+void check_derived_fields(const SegmentHeader& h, const Geometry& g, const std::string& ch) {
+  auto corrupt = [&](const std::string& what) { throw_corrupt(ch, what); };
   auto expect = [&](const char* field, std::uint64_t found, std::uint64_t want) {
     if (found != want) {
       corrupt(std::string(field) + " = " + std::to_string(found) + " but the geometry gives " +
@@ -311,6 +272,20 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   expect("frame_header_stride", h.frame_header_stride, g.frame_header_stride);
   expect("frames_offset", h.frames_offset, g.frames_offset);
   expect("object_bytes", h.object_bytes, g.object_bytes);
+}
+
+}  // namespace
+
+Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
+                         std::string_view channel, bool whole_object) {
+  const std::string ch = channel_prefix(channel);
+  auto corrupt = [&](const std::string& what) { throw_corrupt(ch, what); };
+  check_build_identity(h, ch);
+  check_config_ranges(h, ch);
+  const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const Geometry g = compute_geometry(h.slots, h.max_readers, h.max_held, h.frame_bytes, h.backend,
+                                      page, h.metadata_bytes);
+  check_derived_fields(h, g, ch);
   const std::uint64_t want = whole_object ? g.object_bytes : g.segment_bytes;
   if (segment_bytes != want) {
     corrupt("the object is " + std::to_string(segment_bytes) + " bytes but its header says " +
@@ -323,18 +298,20 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   return g;
 }
 
+int open_object(std::string_view channel) {
+  const std::string object = object_name(channel);
+  const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0 && errno != ENOENT) throw_system(channel, "cannot open " + shm_path(object), errno);
+  return fd;
+}
+
 OpenedSegment open_segment(std::string_view channel) {
   validate_name(channel);
-  const std::string object = control_object_name(channel);
-  const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
+  const int fd = open_object(channel);
   if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) {
-      throw Error(Errc::not_found, "ipcring: channel '" + std::string(channel) +
-                                       "': no such channel (/dev/shm/" + object +
-                                       " does not exist); is its producer running?");
-    }
-    throw_system(channel, "cannot open /dev/shm/" + object, err);
+    throw Error(Errc::not_found, channel_prefix(channel) + "no such channel (" +
+                                     object_path(channel) +
+                                     " does not exist); is its producer running?");
   }
   try {
     OpenedSegment opened = open_segment_fd(channel, fd);
@@ -346,102 +323,124 @@ OpenedSegment open_segment(std::string_view channel) {
   }
 }
 
-OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
-  const std::string object = control_object_name(channel);
-  const std::string ch = "ipcring: channel '" + std::string(channel) + "': ";
-  struct stat st {};
-  if (fstat(object_fd, &st) != 0) throw_system(channel, "fstat", errno);
-  // Owner and mode before reading anything: a segment of another user is refused unless its
-  // creator opened it to group or others on purpose, and never when it is world-writable.
+namespace {
+
+// Owner and mode before reading anything: a segment of another user is refused unless its
+// creator opened it to group or others on purpose, and never when it is world-writable.
+void check_owner_and_mode(std::string_view channel, const std::string& object,
+                          const struct stat& st) {
   const unsigned mode = st.st_mode & 07777;
   if ((mode & 0002) != 0 || (mode & 07000) != 0) {
-    throw Error(Errc::permission_denied,
-                ch + "refusing /dev/shm/" + object + " with unsafe mode " + hex32(mode));
+    throw Error(Errc::permission_denied, channel_prefix(channel) + "refusing " + shm_path(object) +
+                                             " with unsafe mode " + format_mode(mode));
   }
   if (st.st_uid != geteuid() && geteuid() != 0 && (mode & 0060) != 0060) {
-    throw Error(Errc::permission_denied, ch + "/dev/shm/" + object + " belongs to uid " +
-                                             std::to_string(st.st_uid) + " (mode " + hex32(mode) +
-                                             "), not to this process's uid " +
-                                             std::to_string(geteuid()));
+    throw Error(Errc::permission_denied,
+                channel_prefix(channel) + shm_path(object) + " belongs to uid " +
+                    std::to_string(st.st_uid) + " (mode " + format_mode(mode) +
+                    "), not to this process's uid " + std::to_string(geteuid()));
   }
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  {
-    // Reuse this process's mapping of the same object if there is one.
-    std::lock_guard lock(g_registry_mutex);
-    auto it = registry().find({st.st_dev, st.st_ino});
-    if (it != registry().end()) {
-      if (auto existing = it->second.lock()) {
-        return OpenedSegment{existing, static_cast<std::uint32_t>(st.st_uid), mode};
-      }
-    }
-  }
-  // The header is read with pread, not through a mapping: a short or sparse object (on a full
-  // tmpfs a touch of an unbacked page is SIGBUS) cannot hurt a read.
-  SegmentHeader copy;
+}
+
+// This process's mapping of the object (dev, ino), if it has one.
+std::shared_ptr<Mapping> registered_mapping(const struct stat& st) {
+  std::lock_guard lock(g_registry_mutex);
+  auto it = registry().find({st.st_dev, st.st_ino});
+  return it != registry().end() ? it->second.lock() : nullptr;
+}
+
+// The header, read with pread, not through a mapping: a short or sparse object (on a full tmpfs a
+// touch of an unbacked page is SIGBUS) cannot hurt a read. Checks magic in the private copy; the
+// acquire load that orders later loads (H2) is made through the mapping (map_control_segment).
+void read_header_copy(std::string_view channel, const std::string& object, int fd,
+                      std::uint64_t size, SegmentHeader& copy) {
+  const std::string ch = channel_prefix(channel);
   std::memset(static_cast<void*>(&copy), 0, sizeof copy);
-  const ssize_t got = pread(object_fd, &copy, sizeof copy, 0);
+  const ssize_t got = pread(fd, &copy, sizeof copy, 0);
   if (got < 0) throw_system(channel, "pread of the header", errno);
+  const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
+  const std::string not_made_here =
+      "ipcring names an object only once it is complete, so this one was not made by this "
+      "version's Producer::create";
+  const std::string remove_it = "Remove it with 'ringdump rm --force " + std::string(channel) + "'";
   if (static_cast<std::size_t>(got) < sizeof copy) {
-    const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
     if (magic == 0) {
-      throw Error(Errc::not_ready,
-                  ch + "/dev/shm/" + object + " is " + std::to_string(size) +
-                      " bytes and has no header; ipcring names an object only once it is "
-                      "complete, so this one was not made by this version's Producer::create. "
-                      "Remove it with 'ringdump rm --force " +
-                      std::string(channel) + "'");
+      throw Error(Errc::not_ready, ch + shm_path(object) + " is " + std::to_string(size) +
+                                       " bytes and has no header; " + not_made_here + ". " +
+                                       remove_it);
     }
     throw Error(Errc::corrupt_segment, ch + "corrupt control segment: the object is " +
                                            std::to_string(size) +
                                            " bytes, smaller than its header");
   }
-  // A first look at magic in the private copy; the acquire load that orders our later loads
-  // (H2) is made through the mapping below.
-  const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
   if (magic == 0) {
-    throw Error(Errc::not_ready,
-                ch + "/dev/shm/" + object +
-                    " has no magic: ipcring names an object only once it "
-                    "is complete, so this one was not made by this version's Producer::create (an "
-                    "older version's creator that died?). Remove it with 'ringdump rm --force " +
-                    std::string(channel) + "'");
+    throw Error(Errc::not_ready, ch + shm_path(object) + " has no magic: " + not_made_here +
+                                     " (an older version's creator that died?). " + remove_it);
   }
   if (magic != kMagic) {
     throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
-                                            hex32(magic) + ", expected " + hex32(kMagic));
+                                            format_hex(magic) + ", expected " + format_hex(kMagic));
   }
-  const Geometry g = validate_header(copy, size, channel, true);
-  // Every page must be backed: a sparse object could SIGBUS on a full /dev/shm when touched.
-  if (static_cast<std::uint64_t>(st.st_blocks) * 512 < size) {
+}
+
+// Every page must be backed: a sparse object could SIGBUS on a full /dev/shm when touched.
+void check_backed(std::string_view channel, const std::string& object, const struct stat& st) {
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  const auto backed = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  if (backed < size) {
     throw Error(Errc::corrupt_segment,
-                ch + "corrupt control segment: /dev/shm/" + object + " is " + std::to_string(size) +
-                    " bytes but only " +
-                    std::to_string(static_cast<std::uint64_t>(st.st_blocks) * 512) +
+                channel_prefix(channel) + "corrupt control segment: " + shm_path(object) + " is " +
+                    std::to_string(size) + " bytes but only " + std::to_string(backed) +
                     " are backed by memory; touching the rest could kill this process (SIGBUS)");
   }
-  const int fd = fcntl(object_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) throw_system(channel, "dup", errno);
-  void* base = mmap(nullptr, g.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+}
+
+}  // namespace
+
+std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, const Geometry& geo,
+                                             dev_t dev, ino_t ino, std::uint64_t expected_magic) {
+  void* base = mmap(nullptr, geo.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     const int err = errno;
     close(fd);
-    throw_system(channel, "mmap of " + std::to_string(g.segment_bytes) + " bytes", err);
+    throw_system(channel, "mmap of " + std::to_string(geo.segment_bytes) + " bytes", err);
   }
   // (H2) acquire, pairs with (H1): everything the creator wrote before magic is visible to our
-  // loads through this mapping. (The name appeared only after (H1), so magic is set.)
-  if (static_cast<SegmentHeader*>(base)->magic.load(std::memory_order_acquire) != kMagic) {
-    munmap(base, g.segment_bytes);
+  // loads through this mapping. (The name appeared only after (H1), so magic is set; a new
+  // object's magic is 0 until its creator publishes it.)
+  if (static_cast<SegmentHeader*>(base)->magic.load(std::memory_order_acquire) != expected_magic) {
+    munmap(base, geo.segment_bytes);
     close(fd);
-    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: magic changed while opening");
+    throw Error(Errc::corrupt_segment,
+                channel_prefix(channel) + "corrupt control segment: magic changed while opening");
   }
-  auto mapping = std::make_shared<Mapping>(std::string(channel), fd, base, g.segment_bytes,
-                                           st.st_dev, st.st_ino);
-  mapping->view = SegmentView{static_cast<unsigned char*>(base), g, fd};
+  auto mapping =
+      std::make_shared<Mapping>(std::string(channel), fd, base, geo.segment_bytes, dev, ino);
+  mapping->view = SegmentView{static_cast<unsigned char*>(base), geo, fd};
   std::lock_guard lock(g_registry_mutex);
-  auto& slot = registry()[{st.st_dev, st.st_ino}];
-  if (auto existing = slot.lock()) return {existing, static_cast<std::uint32_t>(st.st_uid), mode};
+  auto& slot = registry()[{dev, ino}];
+  if (auto existing = slot.lock()) return existing;
   slot = mapping;
-  return OpenedSegment{mapping, static_cast<std::uint32_t>(st.st_uid), mode};
+  return mapping;
+}
+
+OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
+  const std::string object = object_name(channel);
+  struct stat st {};
+  if (fstat(object_fd, &st) != 0) throw_system(channel, "fstat", errno);
+  check_owner_and_mode(channel, object, st);
+  const auto owner = static_cast<std::uint32_t>(st.st_uid);
+  const std::uint32_t mode = st.st_mode & 07777;
+  if (auto existing = registered_mapping(st)) return OpenedSegment{existing, owner, mode};
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  SegmentHeader copy;
+  read_header_copy(channel, object, object_fd, size, copy);
+  const Geometry g = validate_header(copy, size, channel, true);
+  check_backed(channel, object, st);
+  const int fd = fcntl(object_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) throw_system(channel, "dup", errno);
+  return OpenedSegment{map_control_segment(channel, fd, g, st.st_dev, st.st_ino, kMagic), owner,
+                       mode};
 }
 
 namespace {
@@ -453,7 +452,7 @@ bool still_named_object(const std::string& object, dev_t dev, ino_t ino) noexcep
 }  // namespace
 
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
-  return still_named_object(control_object_name(channel), dev, ino);
+  return still_named_object(object_name(channel), dev, ino);
 }
 
 bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept {
@@ -461,48 +460,6 @@ bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept {
   if (stat(shm_path(object).c_str(), &st) != 0) return false;
   if (st.st_dev != dev || st.st_ino != ino) return false;
   return shm_unlink(object.c_str()) == 0;
-}
-
-bool remove_object(std::string_view channel, const std::string& object, bool validate,
-                   const std::function<void(const RemovalCandidate&)>& verify) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-      if (errno == ENOENT) return false;
-      throw_system(channel, "cannot open /dev/shm/" + object, errno);
-    }
-    struct FdCloser {
-      int fd;
-      ~FdCloser() { close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (fstat(fd, &st) != 0) throw_system(channel, "fstat", errno);
-    RepairLock lock;
-    if (!lock.acquire(fd, std::chrono::milliseconds(2000))) {
-      throw Error(Errc::channel_busy, "ipcring: channel '" + std::string(channel) +
-                                          "': the repair lock of /dev/shm/" + object +
-                                          " stayed taken for 2 s; not removing it");
-    }
-    // Under the lock, the name can change only through a process that does not follow the
-    // protocol: every remover takes this lock, and a creator only names an absent name.
-    if (!still_named_object(object, st.st_dev, st.st_ino)) continue;  // replaced: look again
-    RemovalCandidate candidate;
-    OpenedSegment opened;
-    std::optional<Error> error;
-    if (validate) {
-      try {
-        opened = open_segment_fd(channel, fd);
-        candidate.opened = &opened;
-      } catch (const Error& e) {
-        error = e;
-        candidate.error = &*error;
-      }
-    }
-    verify(candidate);  // throws to refuse
-    return unlink_name_if(object, st.st_dev, st.st_ino);
-  }
-  throw Error(Errc::system_error, "ipcring: channel '" + std::string(channel) + "': /dev/shm/" +
-                                      object + " kept changing while we tried to remove it");
 }
 
 }  // namespace ipcring::detail

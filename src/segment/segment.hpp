@@ -9,9 +9,12 @@
 // Opening: fstat owner, mode, size and backing, read the header with pread (never through a
 // mapping of an object that may be short or unbacked), check magic, layout version, type sizes,
 // libc identity and every geometry field against the layout recomputed locally; then map.
-// Removal: under the object's repair lock (lease.hpp), after checking that the name still refers
-// to that very object (device and inode), so a name is never removed on the strength of a check
-// made on another object.
+// Removal (remove_channel in inspect.cpp, a producer's clean exit): under the object's repair lock
+// (lease.hpp, above this module), with open_object, still_named and unlink_name_if from here, after
+// checking that the name still refers to that very object (device and inode), so a name is never
+// removed on the strength of a check made on another object.
+// Plain POSIX, not Boost.Interprocess: docs/architecture.md, "One shared-memory object per
+// channel", says why.
 //
 // One mapping per control segment per process: a process-wide registry keyed by (device, inode)
 // hands out the existing mapping to a second Producer/Reader/inspect of the same channel.
@@ -20,7 +23,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,9 +33,7 @@
 
 namespace ipcring::detail {
 
-// The one name of a channel (layout 2 and earlier also had "ipcring.<channel>.frames").
-std::string control_object_name(std::string_view channel);  // "ipcring.<channel>"
-std::string shm_path(const std::string& object_name);       // "/dev/shm/<object>"
+// The channel's one object name and its path come from common/naming.hpp (object_name).
 
 // A mapping of one control segment, shared by every object of this process that uses it.
 class Mapping {
@@ -71,6 +71,13 @@ struct OpenedSegment {
 // with the bytes needed and free, and the Docker fix, when /dev/shm is too small).
 std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
                                         unsigned mode);
+// The one way a control segment gets mapped (create_segment and open_segment_fd): maps the
+// first geo.segment_bytes of `fd` (consumed: owned by the mapping, closed on failure), checks
+// that magic is `expected_magic` (0 for a new object, kMagic when opening) with the acquire load
+// (H2), and registers the mapping under (dev, ino), handing out an
+// existing mapping of the same object instead.
+std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, const Geometry& geo,
+                                             dev_t dev, ino_t ino, std::uint64_t expected_magic);
 // Gives a finished object its name. False when the name exists (nothing was replaced).
 bool link_segment(const Mapping& mapping, std::string_view channel);
 // Fills the header's identity and geometry fields (not magic).
@@ -79,6 +86,9 @@ void write_header(SegmentHeader& h, std::string_view channel, const Geometry& ge
 // (H1) The creator's last store: release, pairs with the acquire load in open_segment.
 void publish_header(SegmentHeader& h) noexcept;
 
+// Opens the channel's object (read-write, close-on-exec): its descriptor, or -1 when there is no
+// such name (errno ENOENT). Throws Error for any other failure. Neither validated nor mapped.
+int open_object(std::string_view channel);
 // Opens and validates an existing control segment. Throws Error: not_found, permission_denied,
 // version_mismatch, corrupt_segment, not_ready.
 OpenedSegment open_segment(std::string_view channel);
@@ -92,26 +102,19 @@ OpenedSegment open_segment_fd(std::string_view channel, int fd);
 Geometry validate_header(const SegmentHeader& header, std::uint64_t segment_bytes,
                          std::string_view channel, bool whole_object = false);
 
+// Throws the Error for a failed system call `what` on `channel`: permission_denied for EACCES
+// and EPERM, not_found for ENOENT, system_error otherwise; the message has errno's text.
+[[noreturn]] void throw_system(std::string_view channel, const std::string& what, int err);
+
 // Fixed identity of this build's C library and architecture, as written in headers.
 const char* libc_identity() noexcept;
 
-// True when /dev/shm/ipcring.<channel> is the object (dev, ino).
+// True when object_path(channel) is the object (dev, ino).
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept;
 
 // Removes the name /dev/shm/<object> if it still refers to (dev, ino). Precondition: the caller
 // holds the repair lock of (dev, ino), which every remover takes, so the name cannot change between
 // the check and the unlink. Returns true when removed.
 bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept;
-
-// What removal found under the repair lock: the object (validated, or the error validating it).
-struct RemovalCandidate {
-  const OpenedSegment* opened = nullptr;  // null when it could not be validated
-  const Error* error = nullptr;           // why not
-};
-// Opens /dev/shm/<object>, takes its repair lock, checks the name still refers to it, calls
-// `verify` (which throws to refuse), and removes the name. False when there is no such name.
-// Throws Error(channel_busy) when the repair lock stays taken.
-bool remove_object(std::string_view channel, const std::string& object, bool validate,
-                   const std::function<void(const RemovalCandidate&)>& verify);
 
 }  // namespace ipcring::detail

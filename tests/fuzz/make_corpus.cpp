@@ -96,7 +96,7 @@ Bytes live_segment(const std::string& name, const ChannelConfig& config, int rea
     waitpid(child, &status, 0);
   }
   publish(p, 2);
-  return read_all("/dev/shm/ipcring." + name);
+  return read_all(object_path(name));
 }
 
 // A CUDA-backend segment image made without CUDA: header and leases only.

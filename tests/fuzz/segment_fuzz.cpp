@@ -64,17 +64,18 @@ void check_image(const std::uint8_t* data, std::size_t size) {
   std::memcpy(image, data, size);
   try {
     const Snapshot s = inspect_image(image, size, kName);
-    if (s.slots_info.size() != s.slots || s.slots < 1 || s.slots > kMaxSlots) fail("slots");
+    if (s.slots.size() != s.slot_count || s.slot_count < 1 || s.slot_count > kMaxSlots)
+      fail("slots");
     if (s.max_readers < 1 || s.max_readers > kMaxReaders) fail("max_readers");
     if (s.readers.size() > s.max_readers) fail("more readers than entries");
     for (const auto& r : s.readers) {
       if (r.index >= s.max_readers) fail("reader index");
       for (auto slot : r.held_slots) {
-        if (slot >= s.slots) fail("held slot index");
+        if (slot >= s.slot_count) fail("held slot index");
       }
     }
-    for (std::uint32_t i = 0; i < s.slots; ++i) {
-      if (s.slots_info[i].index != i) fail("slot index");
+    for (std::uint32_t i = 0; i < s.slot_count; ++i) {
+      if (s.slots[i].index != i) fail("slot index");
     }
   } catch (const Error& e) {
     expect_clear(e);

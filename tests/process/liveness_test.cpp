@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "common/naming.hpp"
 #include "ipcring/ipcring.hpp"
 #include "lease/lease.hpp"
 #include "process/process_util.hpp"
@@ -33,7 +34,7 @@ std::uint64_t publish_tagged(Producer& p, const char* tag) {
 }
 
 std::uint64_t mask_of(const std::string& ch, std::uint32_t slot) {
-  return inspect(ch).slots_info.at(slot).reader_mask;
+  return inspect(ch).slots.at(slot).reader_mask;
 }
 
 struct ReaderReport {
@@ -385,8 +386,8 @@ TEST_CASE("a channel whose processes all died can be removed; a live one is refu
   REQUIRE(snap.readers.size() == 1);
   CHECK_FALSE(snap.readers[0].alive);
   CHECK(remove_channel(ch.name()));
-  CHECK(access(("/dev/shm/ipcring." + ch.name()).c_str(), F_OK) != 0);
-  CHECK(access(("/dev/shm/ipcring." + ch.name() + ".frames").c_str(), F_OK) != 0);
+  CHECK(access(object_path(ch.name()).c_str(), F_OK) != 0);
+  CHECK(access(detail::shm_path(legacy_frames_object_name(ch.name())).c_str(), F_OK) != 0);
 }
 
 TEST_CASE("robust mutexes work on this platform (the self-test run at create)") {

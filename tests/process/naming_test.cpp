@@ -58,7 +58,7 @@ std::vector<unsigned char> file_bytes(const std::string& path) {
 }
 
 bool named(const std::string& ch) {
-  return access(("/dev/shm/ipcring." + ch).c_str(), F_OK) == 0;
+  return access(object_path(ch).c_str(), F_OK) == 0;
 }
 
 }  // namespace
@@ -318,7 +318,7 @@ TEST_CASE("hostile robust-list links in a held lease: the lease is abandoned, ne
       auto r = Reader::attach(ch.name());
       // Scribble over the entry's mutex links (bytes 24..39 of pthread_mutex_t on x86-64 and
       // aarch64 glibc: __list.__prev, __list.__next) through a second mapping of the object.
-      const int fd = open(("/dev/shm/ipcring." + ch.name()).c_str(), O_RDWR);
+      const int fd = open(object_path(ch.name()).c_str(), O_RDWR);
       if (fd < 0) return 10;
       void* base = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) return 11;
@@ -345,10 +345,10 @@ TEST_CASE("an object that is short or not backed by memory is refused before it 
   ChannelConfig cfg = kConfig;
   cfg.slots = 64;  // a control segment of several pages
   auto p = Producer::create(source.name(), cfg);
-  const std::vector<unsigned char> real = file_bytes("/dev/shm/ipcring." + source.name());
+  const std::vector<unsigned char> real = file_bytes(object_path(source.name()));
   REQUIRE(real.size() > 8192);
   ScopedChannel target("sparse");
-  const std::string path = "/dev/shm/ipcring." + target.name();
+  const std::string path = object_path(target.name());
   std::vector<unsigned char> header(real.begin(), real.begin() + 4096);
   // The copy names itself after its new object, or the name check would refuse it first.
   char* name = reinterpret_cast<char*>(header.data()) + 208;  // SegmentHeader::name

@@ -120,7 +120,7 @@ TEST_CASE("crash torture: readers SIGKILLed at random points never break the cha
     board->final_reaped = p.reap_dead_readers();
     auto snap = inspect(ch.name());
     std::uint64_t masks = 0;
-    for (const auto& s : snap.slots_info) masks |= s.reader_mask;
+    for (const auto& s : snap.slots) masks |= s.reader_mask;
     board->final_masks = masks;
     board->final_readers = snap.readers.size();
     board->final_problems = snap.problems.size();

@@ -160,7 +160,7 @@ int prober_role(const std::string& name, Board* board) {
   // time is spent inside a probe, so most kills land in one), with inspect() and
   // reap_dead_readers() in between.
   for (std::uint64_t round = 0;; ++round) {
-    const int fd = open(("/dev/shm/ipcring." + name).c_str(), O_RDWR | O_CLOEXEC);
+    const int fd = open(object_path(name).c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       std::this_thread::sleep_for(1ms);
       continue;
@@ -335,7 +335,7 @@ TEST_CASE("liveness holds across PID namespaces with colliding thread ids and ra
   long producer_tid_seen = 0;
   long reader_tid_seen = 0;
   auto sample_tids = [&] {
-    const int fd = open(("/dev/shm/ipcring." + ch.name()).c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open(object_path(ch.name()).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     void* base = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
@@ -425,6 +425,6 @@ TEST_CASE("liveness holds across PID namespaces with colliding thread ids and ra
   (void)p.reap_dead_readers();
   const Snapshot s = inspect(ch.name());
   CHECK(s.readers.empty());
-  for (const auto& slot : s.slots_info) CHECK(slot.reader_mask == 0);
+  for (const auto& slot : s.slots) CHECK(slot.reader_mask == 0);
   CHECK(s.problems.empty());
 }

@@ -96,7 +96,7 @@ TEST_CASE("thread stress: claim, release and recycle over one mapping") {
   CHECK(loan_failures.load() == 0);
   CHECK(frames.load() > 0);
   auto snap = inspect(ch);
-  for (const auto& s : snap.slots_info) CHECK(s.reader_mask == 0);
+  for (const auto& s : snap.slots) CHECK(s.reader_mask == 0);
   CHECK(snap.readers.empty());
   CHECK(snap.problems.empty());
 }

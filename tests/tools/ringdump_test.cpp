@@ -106,7 +106,7 @@ void craft_segment(const std::string& name, std::uint64_t magic, std::uint32_t l
   h.slots = slots;
   std::memcpy(h.name, name.data(), name.size());
   std::memcpy(bytes.data(), static_cast<const void*>(&h), sizeof h);
-  REQUIRE(test::write_file_bytes("/dev/shm/ipcring." + name, bytes));
+  REQUIRE(test::write_file_bytes(object_path(name), bytes));
 }
 
 }  // namespace
@@ -333,7 +333,7 @@ TEST_CASE("ringdump: looking never changes the segment") {
   reader.wait_report();
   producer.signal(SIGSTOP);  // quiescent: every byte that changes now changed because we looked
   std::this_thread::sleep_for(50ms);
-  const std::string path = "/dev/shm/ipcring." + ch.name();
+  const std::string path = object_path(ch.name());
   const auto before = test::read_file_bytes(path);
   REQUIRE_FALSE(before.empty());
   CHECK(ringdump({"list"}).rc == 0);
@@ -458,7 +458,7 @@ TEST_CASE(
 
 TEST_CASE("ringdump: gc removes frames objects left without their control segment") {
   ScopedChannel ch("rd-orphan");
-  REQUIRE(test::write_file_bytes("/dev/shm/ipcring." + ch.name() + ".frames",
+  REQUIRE(test::write_file_bytes(detail::shm_path(legacy_frames_object_name(ch.name())),
                                  std::vector<unsigned char>(4096, 0)));
   const ToolResult gc = ringdump({"gc", ch.name()});
   CHECK(gc.rc == 0);

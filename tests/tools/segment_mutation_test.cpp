@@ -42,16 +42,16 @@ bool clear_code(Errc c) {
 
 // Checks what a snapshot promises whatever the segment held.
 void check_snapshot(const Snapshot& s) {
-  REQUIRE(s.slots_info.size() == s.slots);
-  REQUIRE(s.slots >= 1);
-  REQUIRE(s.slots <= detail::kMaxSlots);
+  REQUIRE(s.slots.size() == s.slot_count);
+  REQUIRE(s.slot_count >= 1);
+  REQUIRE(s.slot_count <= detail::kMaxSlots);
   REQUIRE(s.max_readers <= detail::kMaxReaders);
   REQUIRE(s.readers.size() <= s.max_readers);
-  for (std::uint32_t i = 0; i < s.slots; ++i) REQUIRE(s.slots_info[i].index == i);
+  for (std::uint32_t i = 0; i < s.slot_count; ++i) REQUIRE(s.slots[i].index == i);
   for (const auto& r : s.readers) {
     REQUIRE(r.index < s.max_readers);
     REQUIRE(r.hold_histogram.size() == detail::kHoldBuckets);
-    for (auto slot : r.held_slots) REQUIRE(slot < s.slots);
+    for (auto slot : r.held_slots) REQUIRE(slot < s.slot_count);
   }
 }
 
@@ -114,12 +114,11 @@ TEST_CASE(
   auto held = holding.try_read();
   REQUIRE(held);  // a held slot, a reader bit, a non-empty histogram in the copy
 
-  const std::vector<unsigned char> base =
-      test::read_file_bytes("/dev/shm/ipcring." + source.name());
+  const std::vector<unsigned char> base = test::read_file_bytes(object_path(source.name()));
   REQUIRE(base.size() >= sizeof(detail::SegmentHeader));
 
   ScopedChannel target("mut");
-  const std::string path = "/dev/shm/ipcring." + target.name();
+  const std::string path = object_path(target.name());
   std::vector<unsigned char> renamed = base;
   {
     // The copy names itself after its new object, or every open would stop at the name check.
@@ -230,7 +229,7 @@ TEST_CASE("a lease that is not a robust mutex is reported, never probed") {
   cfg.frame_bytes = 4096;
   Producer producer = Producer::create(source, cfg);
   Reader reader = Reader::attach(source);
-  std::vector<unsigned char> bytes = test::read_file_bytes("/dev/shm/ipcring." + source.name());
+  std::vector<unsigned char> bytes = test::read_file_bytes(object_path(source.name()));
   REQUIRE_FALSE(bytes.empty());
   Aligned image(bytes.size());
   std::memcpy(image.bytes, bytes.data(), bytes.size());
@@ -260,7 +259,7 @@ TEST_CASE("a lease that is not a robust mutex is reported, never probed") {
   auto* ch = reinterpret_cast<detail::SegmentHeader*>(corrupt.data());
   std::memset(ch->name, 0, sizeof ch->name);
   std::memcpy(ch->name, copy.data(), copy.size());
-  REQUIRE(test::write_file_bytes("/dev/shm/ipcring." + copy, corrupt));
+  REQUIRE(test::write_file_bytes(object_path(copy), corrupt));
   try {
     reap_dead_readers(copy);
     FAIL("reaped a segment with a corrupt lease");

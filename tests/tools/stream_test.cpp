@@ -152,7 +152,7 @@ TEST_CASE("ringdump echo prints each new frame: header, tensor, values; and lets
   // echo detached: no reader entry is left behind, nothing is held.
   const Snapshot s = inspect(ch);
   CHECK(s.readers.empty());
-  for (const auto& slot : s.slots_info) CHECK(slot.reader_mask == 0);
+  for (const auto& slot : s.slots) CHECK(slot.reader_mask == 0);
 
   const ToolResult text = ringdump({"echo", ch.name(), "--count", "1"});
   REQUIRE_MESSAGE(text.rc == 0, describe(text));
@@ -182,7 +182,7 @@ TEST_CASE("readers record their delay; show, JSON and a 100x20 watch report it")
   REQUIRE(j["readers"].size() == 20);
   for (const Json& r : j["readers"]) {
     // One delay sample per frame read (both read while the reader runs: allow one in flight).
-    const auto delays = r["delays"].get<std::uint64_t>();
+    const auto delays = r["delay_count"].get<std::uint64_t>();
     const auto read = r["frames_read"].get<std::uint64_t>();
     CHECK(delays + 1 >= read);
     CHECK(delays <= read + 1);

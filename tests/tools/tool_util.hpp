@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/naming.hpp"
 #include "ipcring/ipcring.hpp"
 
 namespace ipcring::test {
@@ -354,8 +355,8 @@ inline bool write_file_bytes(const std::string& path, const std::vector<unsigned
 // True when no /dev/shm object of channel `name` (control or frames) exists.
 inline bool shm_clean(const std::string& name) {
   struct stat st {};
-  return stat(("/dev/shm/ipcring." + name).c_str(), &st) != 0 &&
-         stat(("/dev/shm/ipcring." + name + ".frames").c_str(), &st) != 0;
+  return stat(object_path(name).c_str(), &st) != 0 &&
+         stat(detail::shm_path(legacy_frames_object_name(name)).c_str(), &st) != 0;
 }
 
 }  // namespace ipcring::test

@@ -60,12 +60,12 @@ TEST_CASE("publish and read one frame without a copy") {
   CHECK(test::check_pattern(f->data(), 256, 1));
   CHECK(r.held() == 1);
   auto snap = inspect(ch);
-  CHECK(snap.slots_info[slot].state == SlotState::held);
-  CHECK(snap.slots_info[slot].reader_mask == (1u << r.index()));
+  CHECK(snap.slots[slot].state == SlotState::held);
+  CHECK(snap.slots[slot].reader_mask == (1u << r.index()));
   f->release();
   f->release();  // idempotent
   CHECK(r.held() == 0);
-  CHECK(inspect(ch).slots_info[slot].reader_mask == 0);
+  CHECK(inspect(ch).slots[slot].reader_mask == 0);
   CHECK(r.try_read().status() == Status::no_frame);  // nothing newer
 }
 
@@ -272,7 +272,7 @@ TEST_CASE("hostile lease mutex bytes never reach glibc: attach and reap survive 
   auto p = Producer::create(ch, small(4, 2, 1));
   // Scribble a priority-protect kind with an absurd ceiling over reader entry 0's mutex, as a
   // corrupt or hostile segment could; glibc aborts if such a mutex reaches pthread_mutex_trylock.
-  const std::string path = "/dev/shm/ipcring." + ch.name();
+  const std::string path = object_path(ch.name());
   const int fd = open(path.c_str(), O_RDWR);
   REQUIRE(fd >= 0);
   struct stat st {};

@@ -47,7 +47,7 @@ TensorDesc strided(DType code, std::uint8_t bits, std::initializer_list<std::int
 class SegmentScribbler {
  public:
   explicit SegmentScribbler(const std::string& channel) {
-    const std::string path = "/dev/shm/ipcring." + channel;
+    const std::string path = object_path(channel);
     fd_ = open(path.c_str(), O_RDWR);
     REQUIRE(fd_ >= 0);
     struct stat st {};
@@ -140,7 +140,7 @@ TEST_CASE("a tensor descriptor, capture time and metadata travel with the frame"
 
   const Snapshot s = inspect(ch);
   CHECK(s.metadata_bytes == 256);
-  const SlotInfo& si = s.slots_info[f->slot()];
+  const SlotInfo& si = s.slots[f->slot()];
   CHECK(si.has_tensor);
   CHECK(si.tensor == image);
   CHECK(si.capture_time_ns == 123456789);

@@ -12,10 +12,6 @@
 
 namespace ipcring::detail::cuda {
 
-std::string channel_prefix(const std::string& name) {
-  return "ipcring: channel '" + name + "': ";
-}
-
 std::string describe(CudaApi& api, CudaErr e) {
   return std::string(api.error_name(e)) + " (" + std::to_string(static_cast<int>(e)) + ")";
 }

@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "backend/cuda/cuda_api.hpp"
+#include "ipcring/error.hpp"
 #include "segment/layout.hpp"
 
 namespace ipcring::detail::cuda {
 
-std::string channel_prefix(const std::string& name);
 std::string describe(CudaApi& api, CudaErr e);
 inline constexpr const char* kUseHost = "; use Backend::host for this channel";
 

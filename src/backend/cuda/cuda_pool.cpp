@@ -38,7 +38,7 @@ std::shared_ptr<CudaApi> api_or_throw(const PoolRequest& request, bool producer)
   std::string why;
   if (auto api = load_cuda_plugin(why)) return api;
   throw Error(Errc::unsupported,
-              cuda::channel_prefix(request.name) +
+              channel_prefix(request.name) +
                   (producer ? "Backend::cuda is not available: " + why + "\nUse Backend::host"
                             : "the channel carries CUDA frames, but the CUDA backend is not "
                               "available: " +

@@ -8,15 +8,15 @@
 namespace ipcring::detail {
 
 std::unique_ptr<ProducerPool> make_cuda_producer_pool(const PoolRequest& request) {
-  throw Error(Errc::unsupported, "ipcring: channel '" + request.name +
-                                     "': this build of ipcring has no CUDA backend (configure with "
+  throw Error(Errc::unsupported, channel_prefix(request.name) +
+                                     "this build of ipcring has no CUDA backend (configure with "
                                      "IPCRING_WITH_CUDA=ON and a CUDA Toolkit); use Backend::host");
 }
 
 std::unique_ptr<ReaderPool> make_cuda_reader_pool(const PoolRequest& request) {
   throw Error(Errc::unsupported,
-              "ipcring: channel '" + request.name +
-                  "' carries CUDA frames, but this build of ipcring has no CUDA backend "
+              channel_prefix(request.name) +
+                  "the channel carries CUDA frames, but this build of ipcring has no CUDA backend "
                   "(configure with IPCRING_WITH_CUDA=ON)");
 }
 

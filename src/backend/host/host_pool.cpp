@@ -33,7 +33,7 @@ class HostMapping {
  public:
   HostMapping(const PoolRequest& req, bool writable, bool copy_on_write = false)
       : bytes_(req.view.geo.frames_segment_bytes) {
-    const std::string ch = "ipcring: channel '" + req.name + "': ";
+    const std::string ch = channel_prefix(req.name);
     if (req.view.fd < 0) {
       throw Error(Errc::invalid_argument, ch + "the host frame pool needs the channel's object");
     }

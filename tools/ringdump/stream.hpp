@@ -1,4 +1,4 @@
-// ringdump_stream.hpp — the ringdump subcommands that read a channel's frames as a reader:
+// stream.hpp — the ringdump subcommands that read a channel's frames as a reader:
 //
 //   ringdump echo NAME [--count N]   each new frame: header, tensor, metadata, a value summary
 //   ringdump hz NAME                 publication rate over a window (min/max/std-dev of intervals)
@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-namespace ringdump_stream {
+namespace ringdump::stream {
 
 struct Commands {
   CLI::App* echo = nullptr;
@@ -37,4 +37,4 @@ void add(CLI::App& app, Commands& commands);
 // ipcring::Error (the caller reports it as for every subcommand).
 std::optional<int> run(const Commands& commands);
 
-}  // namespace ringdump_stream
+}  // namespace ringdump::stream

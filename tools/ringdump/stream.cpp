@@ -1,10 +1,10 @@
-// ringdump_stream.cpp — ringdump echo, hz and bw (see ringdump_stream.hpp).
+// stream.cpp — ringdump echo, hz and bw (see stream.hpp).
 //
 // Rates and bandwidth are measured from the frames' publish timestamps (Frame::timestamp_ns,
 // the producer's CLOCK_MONOTONIC at publish), not from when this reader got them, so a slow or
 // descheduled ringdump does not distort them. hz and bw read sequentially: an interval that
 // spans frames this reader missed (overruns) counts as that many intervals of equal length.
-#include "ringdump_stream.hpp"
+#include "ringdump/stream.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +22,7 @@
 #include "ipcring/ipcring.hpp"
 #include "signals.hpp"
 
-namespace ringdump_stream {
+namespace ringdump::stream {
 
 namespace {
 
@@ -204,7 +204,7 @@ bool printable(const std::string& m) {
   });
 }
 
-std::string hex(const std::string& m) {
+std::string hex_bytes(const std::string& m) {
   std::string out;
   char b[4];
   for (const char c : m) {
@@ -251,7 +251,7 @@ void print_echo(const Echoed& e, bool json) {
     if (text) {
       m["text"] = e.metadata;
     } else {
-      m["hex"] = hex(e.metadata);
+      m["hex"] = hex_bytes(e.metadata);
     }
     j["metadata"] = m;
     Json s;
@@ -300,7 +300,7 @@ void print_echo(const Echoed& e, bool json) {
     } else if (text) {
       std::printf("  metadata   %zu bytes: \"%s\"\n", e.metadata.size(), e.metadata.c_str());
     } else {
-      std::printf("  metadata   %zu bytes: %s\n", e.metadata.size(), hex(e.metadata).c_str());
+      std::printf("  metadata   %zu bytes: %s\n", e.metadata.size(), hex_bytes(e.metadata).c_str());
     }
     if (e.summary.available) {
       std::printf("  values     first %llu of %llu: min %g  max %g  mean %g\n",
@@ -516,4 +516,4 @@ std::optional<int> run(const Commands& c) {
   return cmd_rate(c, bw);
 }
 
-}  // namespace ringdump_stream
+}  // namespace ringdump::stream

@@ -1,0 +1,130 @@
+// repair.cpp — the explicit repairs: reap (dead readers), rm (one channel), gc (every dead one).
+#include <fnmatch.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <system_error>
+
+#include "ringdump/ringdump.hpp"
+
+namespace ringdump {
+
+int cmd_reap(const std::string& name) {
+  // Name the dead readers first (for the operator), then reap: the library reaps only entries it
+  // finds dead itself when it holds their lease mutex, so a reader that died after this snapshot is
+  // reaped too and one that is alive is never touched.
+  std::vector<std::string> dead;
+  for (const auto& r : ipcring::inspect(name).readers) {
+    if (!r.alive) {
+      dead.push_back("reader " + std::to_string(r.index) + " (pid " + std::to_string(r.pid) +
+                     (r.held_slots.empty() ? "" : ", held slot(s) " + join(r.held_slots)) + ")");
+    }
+  }
+  const std::size_t n = ipcring::reap_dead_readers(name);
+  std::printf("%s: reaped %zu dead reader%s\n", name.c_str(), n, n == 1 ? "" : "s");
+  for (const auto& d : dead) std::printf("  %s\n", d.c_str());
+  return kExitOk;
+}
+
+int cmd_rm(const std::string& name, bool force) {
+  if (!ipcring::remove_channel(name, force)) {
+    std::fprintf(stderr, "ringdump: channel '%s': no such channel (%s)\n", name.c_str(),
+                 ipcring::object_path(name).c_str());
+    return kExitError;
+  }
+  std::printf("removed %s\n", name.c_str());
+  return kExitOk;
+}
+
+// True when `name` matches one of the shell patterns (all names when there are none).
+bool selected(const std::string& name, const std::vector<std::string>& patterns) {
+  if (patterns.empty()) return true;
+  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) {
+    return fnmatch(p.c_str(), name.c_str(), 0) == 0;
+  });
+}
+
+int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
+  int rc = kExitOk;
+  std::size_t removed = 0;
+  std::size_t kept = 0;
+  auto remove = [&](const std::string& name, bool force_it, const std::string& why) {
+    if (dry_run) {
+      std::printf("would remove %s (%s)\n", name.c_str(), why.c_str());
+      return;
+    }
+    try {
+      if (ipcring::remove_channel(name, force_it)) {
+        std::printf("removed %s (%s)\n", name.c_str(), why.c_str());
+        ++removed;
+      }
+    } catch (const ipcring::Error& e) {
+      // Came back to life meanwhile (a new producer took it over), or cannot be checked.
+      std::fprintf(stderr, "ringdump: kept %s: %s [%s]\n", name.c_str(), e.what(),
+                   ipcring::to_string(e.code()));
+      ++kept;
+    }
+  };
+  for (const auto& c : list_all()) {
+    if (!selected(c.name, patterns)) continue;
+    const std::string state = channel_state(c);
+    if (state == "stale") {
+      remove(c.name, false, "stale: producer and readers dead");
+    } else if (state == "error") {
+      const Errc code = c.error->code();
+      if (code == Errc::invalid_name) {
+        std::fprintf(stderr, "ringdump: kept %s: not a valid channel name\n",
+                     ipcring::object_path(c.name).c_str());
+        ++kept;
+      } else if (code == Errc::not_ready) {
+        remove(c.name, true, "never finished: its creator died while creating it");
+      } else if (force) {
+        remove(c.name, true, std::string("forced; ") + ipcring::to_string(code));
+      } else {
+        std::fprintf(stderr,
+                     "ringdump: kept %s: cannot be inspected (%s); 'ringdump rm --force %s' "
+                     "removes it\n",
+                     c.name.c_str(), ipcring::to_string(code), c.name.c_str());
+        ++kept;
+      }
+    } else if (force) {
+      remove(c.name, true, "forced; " + state);
+    } else {
+      const Snapshot& s = *c.snapshot;
+      std::string live;
+      if (s.producer.alive) live = "producer pid " + std::to_string(s.producer.pid);
+      for (const auto& r : s.readers) {
+        if (r.alive)
+          live += (live.empty() ? "" : ", ") + std::string("reader pid ") + std::to_string(r.pid);
+      }
+      std::fprintf(stderr, "ringdump: kept %s: in use (%s alive); --force removes it anyway\n",
+                   c.name.c_str(), live.c_str());
+      ++kept;
+    }
+  }
+  // Frames objects of layout 2 and earlier whose control object is gone. This version keeps a
+  // channel's frames inside its one object and never makes such names, so removing one cannot hit
+  // a channel of this version.
+  for (const auto& channel : ipcring::list_orphaned_legacy_frames()) {
+    if (!selected(channel, patterns)) continue;
+    const std::string object = ipcring::legacy_frames_object_name(channel);
+    if (dry_run) {
+      std::printf("would remove /dev/shm/%s (frames without a control segment)\n", object.c_str());
+      continue;
+    }
+    if (shm_unlink(object.c_str()) == 0) {
+      std::printf("removed /dev/shm/%s (frames without a control segment)\n", object.c_str());
+      ++removed;
+    } else if (errno != ENOENT) {
+      std::fprintf(stderr, "ringdump: cannot remove /dev/shm/%s: %s\n", object.c_str(),
+                   std::error_code(errno, std::generic_category()).message().c_str());
+      rc = kExitError;
+    }
+  }
+  if (!dry_run) std::printf("gc: removed %zu, kept %zu\n", removed, kept);
+  return rc;
+}
+
+}  // namespace ringdump
