@@ -5,12 +5,12 @@
 # what scripts/test.sh itself calls: file (aarch64-check.sh), git (tidy.sh))
 set -euo pipefail
 
-core=(cmake g++ make pkg-config libboost-dev doctest-dev libbenchmark-dev libcli11-dev
-      nlohmann-json3-dev)
+core=(cmake g++ make pkg-config doctest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev)
 extra=(clang libclang-rt-14-dev clang-tidy spin python3-dev pybind11-dev libdlpack-dev
        python3-numpy python3-pytest python3-torch iceoryx libiceoryx-posh-dev
        libiceoryx-hoofs-dev gnuplot-nox g++-aarch64-linux-gnu qemu-user file git)
 extra+=(cyclonedds-dev cyclonedds-tools)  # ringbridge: Cyclone DDS, idlc, ddsperf
+extra+=(libboost-dev)  # ringbench's Boost.Interprocess message_queue baseline (the library needs no Boost)
 want=("${core[@]}")
 [[ "${1:-}" == "--minimal" ]] || want+=("${extra[@]}")
 

@@ -181,44 +181,52 @@ Json stat_json(const std::string& name) {
   return j;
 }
 
+namespace {
+
+// One channel of `list --json`: a few fields of its snapshot, or owner, mode and size from the
+// file with the error when it could not be inspected.
+Json listed_json(const Listed& c) {
+  Json j;
+  j["name"] = c.name;
+  j["state"] = channel_state(c);
+  if (c.snapshot) {
+    const Snapshot& s = *c.snapshot;
+    Json p;
+    p["pid"] = s.producer.pid;
+    p["alive"] = s.producer.alive;
+    p["closed"] = s.producer.closed;
+    p["epoch"] = s.producer.epoch;
+    j["producer"] = p;
+    j["readers_alive"] =
+        std::count_if(s.readers.begin(), s.readers.end(), [](const auto& r) { return r.alive; });
+    j["readers_in_use"] = s.readers.size();
+    j["max_readers"] = s.max_readers;
+    j["slot_count"] = s.slot_count;
+    j["frame_bytes"] = s.frame_bytes;
+    j["backend"] = ipcring::to_string(s.backend);
+    j["layout_version"] = s.layout_version;
+    j["segment_bytes"] = s.segment_bytes;
+    j["owner_uid"] = s.owner_uid;
+    j["owner_name"] = user_name(s.owner_uid);
+    j["mode"] = s.mode;
+    j["mode_octal"] = ipcring::format_mode(s.mode);
+    j["problems"] = s.problems.size();
+    j["error"] = nullptr;
+  } else {
+    const Json st = stat_json(c.name);
+    for (const auto& [k, v] : st.items()) j[k] = v;
+    j["error"] = error_json(*c.error);
+  }
+  return j;
+}
+
+}  // namespace
+
 int cmd_list(bool json) {
   const auto channels = list_all();
   if (json) {
     Json arr = Json::array();
-    for (const auto& c : channels) {
-      Json j;
-      j["name"] = c.name;
-      j["state"] = channel_state(c);
-      if (c.snapshot) {
-        const Snapshot& s = *c.snapshot;
-        Json p;
-        p["pid"] = s.producer.pid;
-        p["alive"] = s.producer.alive;
-        p["closed"] = s.producer.closed;
-        p["epoch"] = s.producer.epoch;
-        j["producer"] = p;
-        j["readers_alive"] = std::count_if(s.readers.begin(), s.readers.end(),
-                                           [](const auto& r) { return r.alive; });
-        j["readers_in_use"] = s.readers.size();
-        j["max_readers"] = s.max_readers;
-        j["slot_count"] = s.slot_count;
-        j["frame_bytes"] = s.frame_bytes;
-        j["backend"] = ipcring::to_string(s.backend);
-        j["layout_version"] = s.layout_version;
-        j["segment_bytes"] = s.segment_bytes;
-        j["owner_uid"] = s.owner_uid;
-        j["owner_name"] = user_name(s.owner_uid);
-        j["mode"] = s.mode;
-        j["mode_octal"] = ipcring::format_mode(s.mode);
-        j["problems"] = s.problems.size();
-        j["error"] = nullptr;
-      } else {
-        const Json st = stat_json(c.name);
-        for (const auto& [k, v] : st.items()) j[k] = v;
-        j["error"] = error_json(*c.error);
-      }
-      arr.push_back(j);
-    }
+    for (const auto& c : channels) arr.push_back(listed_json(c));
     Json doc;
     doc["schema_version"] = kSchemaVersion;
     doc["channels"] = arr;
