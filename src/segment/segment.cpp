@@ -424,6 +424,20 @@ std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, c
   return mapping;
 }
 
+void* map_frame_pool(std::string_view channel, const SegmentView& view, FrameAccess access) {
+  const int prot = access == FrameAccess::read_only ? PROT_READ : PROT_READ | PROT_WRITE;
+  const int flags = access == FrameAccess::copy_on_write ? MAP_PRIVATE : MAP_SHARED;
+  void* base = mmap(nullptr, view.geo.frames_segment_bytes, prot, flags, view.fd,
+                    static_cast<off_t>(view.geo.frames_offset));
+  if (base == MAP_FAILED) {
+    throw_system(channel,
+                 "mmap of the frame pool (" + std::to_string(view.geo.frames_segment_bytes) +
+                     " bytes at offset " + std::to_string(view.geo.frames_offset) + ")",
+                 errno);
+  }
+  return base;
+}
+
 OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
   const std::string object = object_name(channel);
   struct stat st {};

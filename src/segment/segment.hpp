@@ -86,6 +86,15 @@ void write_header(SegmentHeader& h, std::string_view channel, const Geometry& ge
 // (H1) The creator's last store: release, pairs with the acquire load in open_segment.
 void publish_header(SegmentHeader& h) noexcept;
 
+// How a process maps a host channel's frame pool, [frames_offset, object_bytes) of the object:
+// the producer read-write, readers read-only, or copy-on-write (MAP_PRIVATE: a write changes this
+// process's copy of the page only).
+enum class FrameAccess { read_write, read_only, copy_on_write };
+// Maps the frame pool of a validated view whose fd is open (the opener checked the object's size
+// and backing against the geometry); unmap with munmap(base, geo.frames_segment_bytes). Throws
+// Error naming the channel, the range and errno.
+void* map_frame_pool(std::string_view channel, const SegmentView& view, FrameAccess access);
+
 // Opens the channel's object (read-write, close-on-exec): its descriptor, or -1 when there is no
 // such name (errno ENOENT). Throws Error for any other failure. Neither validated nor mapped.
 int open_object(std::string_view channel);

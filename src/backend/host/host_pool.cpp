@@ -21,7 +21,6 @@
 #include <cstring>
 
 #include "backend/pool.hpp"
-#include "common/errno_text.hpp"
 #include "ipcring/error.hpp"
 #include "segment/segment.hpp"
 
@@ -37,17 +36,12 @@ class HostMapping {
     if (req.view.fd < 0) {
       throw Error(Errc::invalid_argument, ch + "the host frame pool needs the channel's object");
     }
-    // The frame pool is a range of the channel's one object (no second name). The opener checked
-    // the object's size and backing against the validated geometry before we get here.
-    base_ = mmap(nullptr, bytes_, writable || copy_on_write ? PROT_READ | PROT_WRITE : PROT_READ,
-                 copy_on_write ? MAP_PRIVATE : MAP_SHARED, req.view.fd,
-                 static_cast<off_t>(req.view.geo.frames_offset));
-    if (base_ == MAP_FAILED) {
-      const int err = errno;
-      throw Error(Errc::system_error,
-                  ch + "mmap of the frame pool (" + std::to_string(bytes_) + " bytes at offset " +
-                      std::to_string(req.view.geo.frames_offset) + "): " + errno_text(err));
-    }
+    // The frame pool is a range of the channel's one object (no second name), mapped where every
+    // mapping of the object is made (segment.hpp).
+    base_ = map_frame_pool(req.name, req.view,
+                           writable        ? FrameAccess::read_write
+                           : copy_on_write ? FrameAccess::copy_on_write
+                                           : FrameAccess::read_only);
     stride_ = req.view.geo.frame_stride;
   }
   ~HostMapping() {
