@@ -1,4 +1,5 @@
-// segment.hpp — creating, naming, opening, validating and removing a channel's object.
+// segment.hpp — creating, opening, validating and mapping a channel's object (the one code path for
+// it), and the name checks removal uses. Names come from common/naming.hpp.
 //
 // Creation with evidence (docs/protocol.md, "Names"): the object is made nameless
 // (open(O_TMPFILE) in /dev/shm), its mode set by fchmod (the umask must not change it), its whole
