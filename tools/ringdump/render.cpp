@@ -21,11 +21,11 @@ std::string delay_cell(const ipcring::ReaderInfo& r, std::uint64_t ns) {
   return r.delay_count != 0 ? "<" + format_duration(ns) : "-";
 }
 
-std::string render_snapshot(const Snapshot& s, const Rates& rates) {
-  std::string out;
-  auto add = [&](const std::string& line) { out += line + "\n"; };
-  const auto& p = s.producer;
+namespace {
 
+// The channel: object, geometry, creation.
+void render_header(const Snapshot& s, std::string& out) {
+  auto add = [&](const std::string& line) { out += line + "\n"; };
   add(paint("channel " + s.name, kBold) + "  (layout " + std::to_string(s.layout_version) + ", " +
       ipcring::to_string(s.backend) + " backend)");
   add("  segment   " + ipcring::object_path(s.name) + "  " + format_bytes(s.segment_bytes) +
@@ -38,7 +38,12 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
   add("  created   " + format_unix_time(s.created_unix_ns) + ", reap period " +
       format_duration(s.reap_period_ns));
   add("");
+}
 
+// The producer: state, rate, counters.
+void render_producer(const Snapshot& s, const Rates& rates, std::string& out) {
+  auto add = [&](const std::string& line) { out += line + "\n"; };
+  const auto& p = s.producer;
   const char* pcolour = p.alive ? kGreen : kRed;
   add(paint("producer", kBold) + "  pid " + std::to_string(p.pid) + " " +
       paint(ipcring::producer_state(p), pcolour) + ", epoch " + std::to_string(p.epoch) +
@@ -57,7 +62,11 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
   add("  loan failures " + std::to_string(p.loan_failures) + ", readers reaped " +
       std::to_string(p.readers_reaped) + ", readers waiting " + std::to_string(p.waiters));
   add("");
+}
 
+// The slot table.
+void render_slots(const Snapshot& s, std::string& out) {
+  auto add = [&](const std::string& line) { out += line + "\n"; };
   add(paint("slots", kBold));
   Table slots(
       {"INDEX>", "SEQUENCE>", "STATE", "MASK", "READERS", "BYTES>", "AGE>", "TENSOR", "CAPTURED>"});
@@ -78,7 +87,12 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
   }
   out += slots.render("  ");
   add("");
+}
 
+// The reader table, and the problems found.
+void render_readers(const Snapshot& s, const Rates& rates, std::string& out) {
+  auto add = [&](const std::string& line) { out += line + "\n"; };
+  const auto& p = s.producer;
   add(paint("readers", kBold) + "  " + std::to_string(s.readers.size()) + " in use of " +
       std::to_string(s.max_readers));
   if (!s.readers.empty()) {
@@ -112,6 +126,16 @@ std::string render_snapshot(const Snapshot& s, const Rates& rates) {
     add(paint("problems", kRed));
     for (const auto& problem : s.problems) add("  " + problem);
   }
+}
+
+}  // namespace
+
+std::string render_snapshot(const Snapshot& s, const Rates& rates) {
+  std::string out;
+  render_header(s, out);
+  render_producer(s, rates, out);
+  render_slots(s, out);
+  render_readers(s, rates, out);
   return out;
 }
 
