@@ -26,6 +26,8 @@ std::optional<std::string> channel_of_object(std::string_view object);
 
 // "ipcring.<channel>.frames": the frame pool object of layout 2 and earlier.
 std::string legacy_frames_object_name(std::string_view channel);
+// "/dev/shm/ipcring.<channel>.frames".
+std::string legacy_frames_object_path(std::string_view channel);
 // The inverse: the channel of a legacy frames object name, or nothing.
 std::optional<std::string> channel_of_legacy_frames(std::string_view object);
 

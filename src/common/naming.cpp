@@ -51,6 +51,10 @@ std::string legacy_frames_object_name(std::string_view channel) {
   return object_name(channel) + std::string(detail::kLegacyFramesSuffix);
 }
 
+std::string legacy_frames_object_path(std::string_view channel) {
+  return detail::shm_path(legacy_frames_object_name(channel));
+}
+
 std::optional<std::string> channel_of_legacy_frames(std::string_view object) {
   if (!object.starts_with(detail::kObjectPrefix) ||
       !object.ends_with(detail::kLegacyFramesSuffix)) {

@@ -71,6 +71,7 @@ TEST_CASE("naming: object names and their inverse") {
   CHECK(object_name("cam0") == "ipcring.cam0");
   CHECK(object_path("cam0") == "/dev/shm/ipcring.cam0");
   CHECK(legacy_frames_object_name("cam0") == "ipcring.cam0.frames");
+  CHECK(legacy_frames_object_path("cam0") == "/dev/shm/ipcring.cam0.frames");
   CHECK(channel_of_object(object_name("cam-0_x")) == std::optional<std::string>("cam-0_x"));
   CHECK(channel_of_legacy_frames(legacy_frames_object_name("lidar")) ==
         std::optional<std::string>("lidar"));

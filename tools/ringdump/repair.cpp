@@ -46,50 +46,22 @@ bool selected(const std::string& name, const std::vector<std::string>& patterns)
   });
 }
 
-int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
-  int rc = kExitOk;
-  std::size_t removed = 0;
-  std::size_t kept = 0;
-  auto remove = [&](const std::string& name, bool force_it, const std::string& why) {
-    if (dry_run) {
-      std::printf("would remove %s (%s)\n", name.c_str(), why.c_str());
-      return;
-    }
-    try {
-      if (ipcring::remove_channel(name, force_it)) {
-        std::printf("removed %s (%s)\n", name.c_str(), why.c_str());
-        ++removed;
-      }
-    } catch (const ipcring::Error& e) {
-      // Came back to life meanwhile (a new producer took it over), or cannot be checked.
-      std::fprintf(stderr, "ringdump: kept %s: %s [%s]\n", name.c_str(), e.what(),
-                   ipcring::to_string(e.code()));
-      ++kept;
-    }
-  };
-  for (const auto& c : list_all()) {
-    if (!selected(c.name, patterns)) continue;
+namespace {
+
+// One gc run: what it removed and kept, and its exit status.
+class Gc {
+ public:
+  Gc(bool force, bool dry_run) : force_(force), dry_run_(dry_run) {}
+
+  // Removes a listed channel when every process of it is dead (or never finished, or --force);
+  // says why it keeps one.
+  void channel(const Listed& c) {
     const std::string state = channel_state(c);
     if (state == "stale") {
       remove(c.name, false, "stale: producer and readers dead");
     } else if (state == "error") {
-      const Errc code = c.error->code();
-      if (code == Errc::invalid_name) {
-        std::fprintf(stderr, "ringdump: kept %s: not a valid channel name\n",
-                     ipcring::object_path(c.name).c_str());
-        ++kept;
-      } else if (code == Errc::not_ready) {
-        remove(c.name, true, "never finished: its creator died while creating it");
-      } else if (force) {
-        remove(c.name, true, std::string("forced; ") + ipcring::to_string(code));
-      } else {
-        std::fprintf(stderr,
-                     "ringdump: kept %s: cannot be inspected (%s); 'ringdump rm --force %s' "
-                     "removes it\n",
-                     c.name.c_str(), ipcring::to_string(code), c.name.c_str());
-        ++kept;
-      }
-    } else if (force) {
+      uninspectable(c);
+    } else if (force_) {
       remove(c.name, true, "forced; " + state);
     } else {
       const Snapshot& s = *c.snapshot;
@@ -101,30 +73,90 @@ int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
       }
       std::fprintf(stderr, "ringdump: kept %s: in use (%s alive); --force removes it anyway\n",
                    c.name.c_str(), live.c_str());
-      ++kept;
+      ++kept_;
     }
   }
-  // Frames objects of layout 2 and earlier whose control object is gone. This version keeps a
-  // channel's frames inside its one object and never makes such names, so removing one cannot hit
-  // a channel of this version.
-  for (const auto& channel : ipcring::list_orphaned_legacy_frames()) {
-    if (!selected(channel, patterns)) continue;
-    const std::string object = ipcring::legacy_frames_object_name(channel);
-    if (dry_run) {
-      std::printf("would remove /dev/shm/%s (frames without a control segment)\n", object.c_str());
-      continue;
+
+  // The frames object of layout 2 and earlier of `channel`, whose control object is gone. This
+  // version keeps a channel's frames inside its one object and never makes such names, so
+  // removing one cannot hit a channel of this version.
+  void legacy_frames(const std::string& channel) {
+    const std::string path = ipcring::legacy_frames_object_path(channel);
+    if (dry_run_) {
+      std::printf("would remove %s (frames without a control segment)\n", path.c_str());
+      return;
     }
-    if (shm_unlink(object.c_str()) == 0) {
-      std::printf("removed /dev/shm/%s (frames without a control segment)\n", object.c_str());
-      ++removed;
+    if (shm_unlink(ipcring::legacy_frames_object_name(channel).c_str()) == 0) {
+      std::printf("removed %s (frames without a control segment)\n", path.c_str());
+      ++removed_;
     } else if (errno != ENOENT) {
-      std::fprintf(stderr, "ringdump: cannot remove /dev/shm/%s: %s\n", object.c_str(),
+      std::fprintf(stderr, "ringdump: cannot remove %s: %s\n", path.c_str(),
                    std::error_code(errno, std::generic_category()).message().c_str());
-      rc = kExitError;
+      rc_ = kExitError;
     }
   }
-  if (!dry_run) std::printf("gc: removed %zu, kept %zu\n", removed, kept);
-  return rc;
+
+  int finish() const {
+    if (!dry_run_) std::printf("gc: removed %zu, kept %zu\n", removed_, kept_);
+    return rc_;
+  }
+
+ private:
+  void uninspectable(const Listed& c) {
+    const Errc code = c.error->code();
+    if (code == Errc::invalid_name) {
+      std::fprintf(stderr, "ringdump: kept %s: not a valid channel name\n",
+                   ipcring::object_path(c.name).c_str());
+      ++kept_;
+    } else if (code == Errc::not_ready) {
+      remove(c.name, true, "never finished: its creator died while creating it");
+    } else if (force_) {
+      remove(c.name, true, std::string("forced; ") + ipcring::to_string(code));
+    } else {
+      std::fprintf(stderr,
+                   "ringdump: kept %s: cannot be inspected (%s); 'ringdump rm --force %s' "
+                   "removes it\n",
+                   c.name.c_str(), ipcring::to_string(code), c.name.c_str());
+      ++kept_;
+    }
+  }
+
+  void remove(const std::string& name, bool force_it, const std::string& why) {
+    if (dry_run_) {
+      std::printf("would remove %s (%s)\n", name.c_str(), why.c_str());
+      return;
+    }
+    try {
+      if (ipcring::remove_channel(name, force_it)) {
+        std::printf("removed %s (%s)\n", name.c_str(), why.c_str());
+        ++removed_;
+      }
+    } catch (const ipcring::Error& e) {
+      // Came back to life meanwhile (a new producer took it over), or cannot be checked.
+      std::fprintf(stderr, "ringdump: kept %s: %s [%s]\n", name.c_str(), e.what(),
+                   ipcring::to_string(e.code()));
+      ++kept_;
+    }
+  }
+
+  bool force_;
+  bool dry_run_;
+  std::size_t removed_ = 0;
+  std::size_t kept_ = 0;
+  int rc_ = kExitOk;
+};
+
+}  // namespace
+
+int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
+  Gc gc(force, dry_run);
+  for (const auto& c : list_all()) {
+    if (selected(c.name, patterns)) gc.channel(c);
+  }
+  for (const auto& channel : ipcring::list_orphaned_legacy_frames()) {
+    if (selected(channel, patterns)) gc.legacy_frames(channel);
+  }
+  return gc.finish();
 }
 
 }  // namespace ringdump
