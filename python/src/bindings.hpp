@@ -25,6 +25,9 @@ void bind_functions(py::module_& m);
 // Loan.set_metadata and Producer.send(metadata=...): up to the channel's metadata_bytes.
 void set_loan_metadata(PyLoan& l, const py::bytes& metadata);
 
+// Loan.tensor(shape, dtype): a writable torch tensor over the loan (kDLCUDA on a CUDA channel).
+py::object loan_tensor(PyLoan& l, const py::object& shape, const py::object& dtype);
+
 // The raw Snapshot under ringdump's JSON names (ipcring.inspect()).
 py::dict snapshot_dict(const Snapshot& s);
 

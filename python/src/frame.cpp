@@ -97,9 +97,17 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "slot_held", [](const PyFrame& f) { return !f.watch.expired(); },
           "the slot is still held, by this object or by views of it")
       .def(
-          "release", [](PyFrame& f) { f.hold.reset(); },
+          "release",
+          [](PyFrame& f, const py::object& stream) {
+            set_frame_release_stream(f, stream);
+            f.hold.reset();
+          },
+          py::arg("stream") = py::none(),
           "Drop this object's hold on the slot (idempotent). Views made from the frame keep "
-          "the slot held until they die.")
+          "the slot held until they die. CUDA frames: the release fence is queued on `stream` "
+          "(DLPack numbering: 1 legacy default, 2 per-thread default, else a cudaStream_t) when "
+          "given, else on the stream the frame was exported to (__dlpack__(stream)), else on "
+          "the legacy default stream.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PyFrame& f, const py::args&) {
@@ -107,7 +115,11 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
              return false;
            })
       .def("__dlpack__", &frame_dlpack, py::arg("stream") = py::none(),
-           "DLPack capsule of a 1-D uint8 tensor of `size` bytes sharing the frame's memory.")
+           "DLPack capsule of the frame (typed with the producer's dtype/shape/strides, else 1-D "
+           "uint8) sharing its memory. CUDA frames: kDLCUDA; `stream` (1 legacy default, 2 "
+           "per-thread default, a cudaStream_t, -1 no synchronisation; None: legacy) is made to "
+           "wait for the producer's write before the capsule is returned, and the release fence "
+           "is queued on it.")
       .def("__dlpack_device__", [](const PyFrame& f) { return dlpack_device(f.device); })
       .def_property_readonly(
           "__cuda_array_interface__",
@@ -116,9 +128,10 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
             if (f.device.kind == DeviceKind::cpu) {
               throw py::attribute_error("host frames have no __cuda_array_interface__");
             }
-            raise_errc(Errc::unsupported, channel_prefix(f.channel) +
-                                              "__cuda_array_interface__ is not implemented yet");
-          })
+            return frame_cuda_array_interface(f);
+          },
+          "CUDA frames: the CUDA array interface v3 (read-only data; `stream`: the stream the "
+          "producer's write is visible on, the frame's consumer stream or 1)")
       .def("__repr__", &frame_repr);
 }
 

@@ -88,6 +88,20 @@ void set_loan_metadata(PyLoan& l, const py::bytes& metadata) {
   }
 }
 
+py::object loan_tensor(PyLoan& l, const py::object& shape, const py::object& dtype) {
+  const TensorDesc t = describe_loan(l, shape, dtype, py::none(), 0);
+  const py::module_ torch = py::module_::import("torch");
+  if (l.device.kind == DeviceKind::cuda) {
+    // torch fills the tensor on its current stream of the channel's device: publish() records
+    // the write-done event there.
+    const py::object stream = torch.attr("cuda").attr("current_stream")(l.device.index);
+    const auto s = stream.attr("cuda_stream").cast<std::uintptr_t>();
+    set_write_stream(l, s == 0 ? 1 : s);  // 0: torch's name for the legacy default stream
+  }
+  const py::object capsule = loan_dlpack_typed(l, t);
+  return torch.attr("utils").attr("dlpack").attr("from_dlpack")(capsule);
+}
+
 void bind_loan(py::module_& m) {
   py::class_<LoanView>(m, "_LoanView",
                        "Internal: what a loan's memoryview refers to; counts as a live view.")
@@ -149,6 +163,12 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
           "ndarray",
           [](const py::object& self, const py::object& shape, const py::object& dtype) {
             auto& l = self.cast<PyLoan&>();
+            if (l.device.kind != DeviceKind::cpu) {
+              raise_errc(Errc::invalid_argument,
+                         channel_prefix(l.channel) + "loan.ndarray() on a CUDA channel (device " +
+                             std::to_string(l.device.index) +
+                             "): numpy arrays live on the host; use loan.tensor(shape, dtype)");
+            }
             const TensorDesc t = describe_loan(l, shape, dtype, py::none(), 0);
             const DtypeInfo* d = dtype_info(t.dtype_code, t.dtype_bits);
             if (d == nullptr || d->format == nullptr) {
@@ -171,16 +191,11 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
           py::arg("shape"), py::arg("dtype"),
           "A writable numpy array of `shape` and `dtype` over the loan's memory (zero-copy); "
           "also describes the frame (set_tensor). Delete it before publish().")
-      .def(
-          "tensor",
-          [](PyLoan& l, const py::object& shape, const py::object& dtype) {
-            const TensorDesc t = describe_loan(l, shape, dtype, py::none(), 0);
-            const py::object capsule = loan_dlpack_typed(l, t);
-            return py::module_::import("torch.utils.dlpack").attr("from_dlpack")(capsule);
-          },
-          py::arg("shape"), py::arg("dtype"),
-          "A writable torch tensor of `shape` and `dtype` (a torch.dtype or a name) over the "
-          "loan's memory (zero-copy); also describes the frame. Delete it before publish().")
+      .def("tensor", &loan_tensor, py::arg("shape"), py::arg("dtype"),
+           "A writable torch tensor of `shape` and `dtype` (a torch.dtype or a name) over the "
+           "loan's memory (zero-copy; a CUDA tensor on a CUDA channel, and publish() then records "
+           "the write-done event on torch's current stream); also describes the frame. Delete it "
+           "before publish().")
       .def(
           "write",
           [](PyLoan& l, const py::buffer& data, std::int64_t offset) {

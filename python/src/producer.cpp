@@ -21,7 +21,24 @@
 
 namespace ipcring::python {
 
+using namespace pybind11::literals;
+
 namespace {
+
+constexpr int kDlpackCuda = 2;  // kDLCUDA
+
+// DLPack device type of `obj` (its __dlpack_device__), or -1 when it has none.
+int dlpack_device_type(const py::handle& obj) {
+  if (!py::hasattr(obj, "__dlpack_device__")) return -1;
+  const py::tuple dev = obj.attr("__dlpack_device__")();
+  return dev.size() == 2 ? dev[0].cast<int>() : -1;
+}
+std::string device_text(const py::handle& obj) {
+  return py::str(obj.attr("__dlpack_device__")());
+}
+std::string type_name(const py::handle& obj) {
+  return py::str(py::type::of(obj).attr("__qualname__"));
+}
 
 class PyProducer {
  public:
@@ -98,7 +115,8 @@ class PyProducer {
     }
   }
 
-  std::uint64_t publish(PyLoan& l, const std::optional<std::int64_t>& nbytes) {
+  std::uint64_t publish(PyLoan& l, const std::optional<std::int64_t>& nbytes,
+                        const py::object& stream) {
     ProducerState& st = *state_;
     if (!l.state) {
       raise_errc(Errc::invalid_argument, channel_prefix(st.name) + "publish() of a loan that was " +
@@ -127,11 +145,30 @@ class PyProducer {
       }
       bytes = static_cast<std::size_t>(*nbytes);
     }
+    // CUDA: the write-done event is recorded on the stream that wrote the loan: `stream` when
+    // given, else the one a view of the loan was made for (loan.tensor(), __dlpack__(stream)),
+    // else the legacy default stream.
+    CudaStream write_stream = nullptr;
+    bool cuda = st.backend == Backend::cuda;
+    if (!cuda && !stream.is_none()) {
+      raise_errc(Errc::invalid_argument, channel_prefix(st.name) +
+                                             "publish(stream=...) on a host channel: host frames "
+                                             "have no stream");
+    }
+    if (cuda) {
+      const StreamArg s = parse_stream(stream, st.name, "publish");
+      if (!stream.is_none() && s.sync) {
+        write_stream = to_cuda_stream(s.value);
+      } else if (l.state->write_stream_set.load(std::memory_order_acquire)) {
+        write_stream = to_cuda_stream(l.state->write_stream.load(std::memory_order_acquire));
+      }
+    }
     std::uint64_t seq = 0;
     {
       auto lock = lock_state(st.mutex);
       if (!st.producer) raise_closed();
-      seq = st.producer->publish(std::move(l.state->loan), bytes);
+      seq = cuda ? st.producer->publish(std::move(l.state->loan), bytes, write_stream)
+                 : st.producer->publish(std::move(l.state->loan), bytes);
     }
     l.state.reset();
     l.published = true;
@@ -143,28 +180,20 @@ class PyProducer {
   std::uint64_t send(const py::object& obj, const std::optional<std::int64_t>& capture_time_ns,
                      const std::optional<py::bytes>& metadata,
                      const std::optional<double>& timeout) {
+    const bool cuda_source = dlpack_device_type(obj) == kDlpackCuda;
+    if (state_->backend == Backend::cuda) {
+      return send_cuda(obj, capture_time_ns, metadata, timeout);
+    }
+    if (cuda_source) {
+      raise_errc(Errc::invalid_argument,
+                 channel_prefix(state_->name) + "this is a host channel, but send() got a CUDA " +
+                     type_name(obj) + " (DLPack device " + device_text(obj) +
+                     "); copy it to the host first (tensor.cpu()) or create the channel with "
+                     "backend='cuda'");
+    }
     const SendSource source(obj, state_->name);
     const std::size_t bytes = source.bytes();
-    if (bytes > config().frame_bytes) {
-      raise_errc(Errc::invalid_argument,
-                 channel_prefix(state_->name) + "send() of a " + source.tensor().dtype_name() +
-                     " array of shape " + source.tensor().shape_text() + " (" +
-                     std::to_string(bytes) + " bytes) exceeds the frame capacity of " +
-                     std::to_string(config().frame_bytes) + " bytes");
-    }
-    if (capture_time_ns && *capture_time_ns < 0) {
-      raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "send(capture_time_ns=" +
-                                             std::to_string(*capture_time_ns) + "): must be >= 0");
-    }
-    if (metadata) {
-      const std::size_t m = py::len(*metadata);
-      if (m > config().metadata_bytes) {
-        raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "metadata of " +
-                                               std::to_string(m) +
-                                               " bytes exceeds the channel's metadata_bytes = " +
-                                               std::to_string(config().metadata_bytes));
-      }
-    }
+    check_send(source.tensor(), bytes, capture_time_ns, metadata);
     PyLoan l = loan(timeout);
     if (metadata) set_loan_metadata(l, *metadata);
     {
@@ -179,7 +208,79 @@ class PyProducer {
       py::gil_scoped_release nogil;
       source.copy_to(l.data);
     }
-    return publish(l, static_cast<std::int64_t>(bytes));
+    return publish(l, static_cast<std::int64_t>(bytes), py::none());
+  }
+
+  // send() on a CUDA channel: `obj` is a CUDA torch tensor or anything torch.from_dlpack takes
+  // with device kDLCUDA. The copy is device to device, queued by torch on its current stream of
+  // the channel's device; publish() records the write-done event on that stream (no CPU sync).
+  std::uint64_t send_cuda(const py::object& obj, const std::optional<std::int64_t>& capture_time_ns,
+                          const std::optional<py::bytes>& metadata,
+                          const std::optional<double>& timeout) {
+    const std::string ch = channel_prefix(state_->name);
+    const std::string device = std::to_string(state_->device.index);
+    if (dlpack_device_type(obj) != kDlpackCuda) {
+      raise_errc(Errc::invalid_argument, ch + "this is a CUDA channel (device " + device +
+                                             "), but send() got a host " + type_name(obj) +
+                                             (py::hasattr(obj, "__dlpack_device__")
+                                                  ? " (DLPack device " + device_text(obj) + ")"
+                                                  : std::string()) +
+                                             "; send a CUDA tensor (tensor.to('cuda:" + device +
+                                             "')) or use a channel with backend='host'");
+    }
+    py::module_ torch;
+    try {
+      torch = py::module_::import("torch");
+    } catch (const py::error_already_set&) {
+      raise_errc(Errc::unsupported, ch + "send() of a CUDA " + type_name(obj) +
+                                        " needs torch for the device-to-device copy (import "
+                                        "torch failed); fill loan.tensor() instead");
+    }
+    py::object src = obj;
+    if (!py::isinstance(obj, torch.attr("Tensor"))) {
+      src = torch.attr("utils").attr("dlpack").attr("from_dlpack")(obj);
+    }
+    const DtypeInfo& d = parse_dtype(src.attr("dtype"), state_->name);
+    const std::vector<std::int64_t> dims = parse_shape(src.attr("shape"), state_->name);
+    const TensorDesc t = make_contiguous(d, dims);
+    const auto bytes = static_cast<std::size_t>(tensor_span(t).value_or(0));
+    check_send(t, bytes, capture_time_ns, metadata);
+    PyLoan l = loan(timeout);
+    if (metadata) set_loan_metadata(l, *metadata);
+    if (capture_time_ns) {
+      auto lock = lock_state(state_->mutex);
+      l.state->loan.set_capture_time_ns(static_cast<std::uint64_t>(*capture_time_ns));
+    }
+    {
+      py::object dst = loan_tensor(l, src.attr("shape"), src.attr("dtype"));
+      dst.attr("copy_")(src, "non_blocking"_a = true);  // on torch's current stream of dst
+    }  // the view dies here: publish() refuses while one lives
+    return publish(l, static_cast<std::int64_t>(bytes), py::none());
+  }
+
+  void check_send(const TensorDesc& t, std::size_t bytes,
+                  const std::optional<std::int64_t>& capture_time_ns,
+                  const std::optional<py::bytes>& metadata) {
+    if (bytes > config().frame_bytes) {
+      raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "send() of a " +
+                                             t.dtype_name() + " array of shape " + t.shape_text() +
+                                             " (" + std::to_string(bytes) +
+                                             " bytes) exceeds the frame capacity of " +
+                                             std::to_string(config().frame_bytes) + " bytes");
+    }
+    if (capture_time_ns && *capture_time_ns < 0) {
+      raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "send(capture_time_ns=" +
+                                             std::to_string(*capture_time_ns) + "): must be >= 0");
+    }
+    if (metadata) {
+      const std::size_t m = py::len(*metadata);
+      if (m > config().metadata_bytes) {
+        raise_errc(Errc::invalid_argument, channel_prefix(state_->name) + "metadata of " +
+                                               std::to_string(m) +
+                                               " bytes exceeds the channel's metadata_bytes = " +
+                                               std::to_string(config().metadata_bytes));
+      }
+    }
   }
 
   std::size_t reap_dead_readers() {
@@ -246,12 +347,19 @@ removes its shared-memory names.
            "A free slot to fill. timeout: None waits until one is free (Ctrl-C interrupts), 0 "
            "tries once, else seconds. Raises NoFreeSlot, LoanOutstanding.")
       .def("publish", &PyProducer::publish, py::arg("loan"), py::arg("nbytes") = py::none(),
-           "Publish the loan's first nbytes (default: capacity); returns the sequence number.")
+           py::arg("stream") = py::none(),
+           "Publish the loan's first nbytes (default: its tensor's size, else the capacity); "
+           "returns the sequence number. CUDA channels: the write-done event is recorded on "
+           "`stream` (DLPack numbering: 1 legacy default, 2 per-thread default, else a "
+           "cudaStream_t), default the stream a view of the loan was made for (loan.tensor(): "
+           "torch's current stream), else the legacy default stream.")
       .def("send", &PyProducer::send, py::arg("obj"), py::arg("capture_time_ns") = py::none(),
            py::arg("metadata") = py::bytes(), py::arg("timeout") = py::none(),
            "loan + copy `obj` (numpy array, torch tensor, __dlpack__ or bytes-like object; "
            "strided ones are compacted to C order) + its dtype and shape + capture time + "
-           "metadata + publish; returns the sequence.")
+           "metadata + publish; returns the sequence. CUDA channels take CUDA tensors (a "
+           "device-to-device copy on torch's current stream, the write-done event recorded "
+           "there); host channels take host memory.")
       .def("reap_dead_readers", &PyProducer::reap_dead_readers,
            "Clear the slots and entries of dead readers now; returns how many were reaped.")
       .def("close", &PyProducer::close)

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/cuda/cuda_pool.hpp"
 #include "bindings.hpp"
 #include "common.hpp"
 #include "errors.hpp"
@@ -53,14 +54,23 @@ class PyReader {
       backend = ipcring::inspect(name).backend;
     }
     state_->backend = backend;
-    try {
-      state_->device = device_for_backend(backend, 0, name);
-    } catch (...) {
-      py::gil_scoped_release nogil;
-      state_->reader.reset();
-      throw;
-    }
+    state_->device =
+        device_for_backend(backend, backend == Backend::cuda ? reader_device() : 0, name);
     policy_ = o.policy;
+  }
+
+  // The CUDA device the reader maps frames into: the calling thread's current device at attach
+  // (the reader pool asked the same thread just now), so the kDLCUDA device id of its frames.
+  static int reader_device() {
+    int device = 0;
+    const std::shared_ptr<detail::CudaApi> api =
+        detail::cuda_api_for_testing() ? detail::cuda_api_for_testing() : detail::cudart_api();
+    if (api) {
+      py::gil_scoped_release nogil;
+      if (api->get_device(device) != detail::CudaErr::success) device = 0;
+      (void)api->get_last_error();
+    }
+    return device;
   }
 
   // Reader::attach waiting up to `wait` for the channel to exist and be ready (what
