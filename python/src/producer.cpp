@@ -72,9 +72,26 @@ class PyProducer {
     state_->producer.emplace(Producer::create(name, c));
   }
 
-  PyLoan loan(const std::optional<double>& timeout) {
+  PyLoan loan(const std::optional<double>& timeout, const py::object& stream) {
     ProducerState& st = *state_;
     const Deadline deadline = make_deadline(timeout, st.name, "loan");
+    // CUDA, stream given: the loan may be a buffer readers' queued GPU work still reads; `stream`
+    // is made to wait for that work on the GPU (their release fences), and publish() defaults to
+    // recording the write-done event on it. Without a stream, only buffers no reader's GPU work
+    // can read are loaned, so any stream may write them.
+    bool with_stream = false;
+    std::uintptr_t stream_value = 1;
+    if (!stream.is_none()) {
+      if (st.backend != Backend::cuda) {
+        raise_errc(Errc::invalid_argument, channel_prefix(st.name) +
+                                               "loan(stream=...) on a host channel: host frames "
+                                               "have no stream");
+      }
+      const StreamArg a = parse_stream(stream, st.name, "loan");
+      with_stream = a.sync;
+      stream_value = a.value;
+    }
+    const CudaStream cs = to_cuda_stream(stream_value);
     for (;;) {
       const std::chrono::nanoseconds slice = deadline.next_slice();
       Result<Loan> r = Status::timeout;
@@ -85,11 +102,19 @@ class PyProducer {
         if (!st.producer) {
           closed = true;
         } else {
-          r = slice.count() > 0 ? st.producer->loan(slice) : st.producer->loan();
+          if (with_stream) {
+            r = slice.count() > 0 ? st.producer->loan(slice, cs) : st.producer->loan(cs);
+          } else {
+            r = slice.count() > 0 ? st.producer->loan(slice) : st.producer->loan();
+          }
         }
       }
       if (closed) raise_closed();
-      if (r) return make_loan(std::move(*r));
+      if (r) {
+        PyLoan l = make_loan(std::move(*r));
+        if (with_stream) set_write_stream(l, stream_value);
+        return l;
+      }
       const Status s = r.status();
       if (s == Status::loan_outstanding) {
         raise_status(s, channel_prefix(st.name) +
@@ -194,7 +219,7 @@ class PyProducer {
     const SendSource source(obj, state_->name);
     const std::size_t bytes = source.bytes();
     check_send(source.tensor(), bytes, capture_time_ns, metadata);
-    PyLoan l = loan(timeout);
+    PyLoan l = loan(timeout, py::none());
     if (metadata) set_loan_metadata(l, *metadata);
     {
       auto lock = lock_state(state_->mutex);
@@ -245,7 +270,7 @@ class PyProducer {
     const TensorDesc t = make_contiguous(d, dims);
     const auto bytes = static_cast<std::size_t>(tensor_span(t).value_or(0));
     check_send(t, bytes, capture_time_ns, metadata);
-    PyLoan l = loan(timeout);
+    PyLoan l = loan(timeout, py::none());
     if (metadata) set_loan_metadata(l, *metadata);
     if (capture_time_ns) {
       auto lock = lock_state(state_->mutex);
@@ -344,8 +369,12 @@ removes its shared-memory names.
            py::arg("mode") = 0600, py::arg("cuda_device") = 0, py::arg("reap_period") = 0.1,
            py::arg("metadata_bytes") = 256)
       .def("loan", &PyProducer::loan, py::arg("timeout") = py::none(),
+           py::arg("stream") = py::none(),
            "A free slot to fill. timeout: None waits until one is free (Ctrl-C interrupts), 0 "
-           "tries once, else seconds. Raises NoFreeSlot, LoanOutstanding.")
+           "tries once, else seconds. Raises NoFreeSlot, LoanOutstanding. CUDA channels: with "
+           "`stream` (DLPack numbering), a buffer whose readers' GPU work is still queued may be "
+           "loaned, and `stream` waits for that work on the GPU (write the loan on `stream`); "
+           "without, only buffers no reader's GPU work can read are loaned.")
       .def("publish", &PyProducer::publish, py::arg("loan"), py::arg("nbytes") = py::none(),
            py::arg("stream") = py::none(),
            "Publish the loan's first nbytes (default: its tensor's size, else the capacity); "

@@ -243,6 +243,35 @@ def check_release_fence_on_consumer_stream(channel):
         assert fenced_slot_is_reused(p, slot, 6)
 
 
+def check_loan_with_stream_waits_on_gpu(channel):
+    """Producer.loan(stream=P) may hand out the slot a reader's fence still covers, and makes P
+    wait for it on the GPU: the producer's work on P runs only after the reader's kernel."""
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        slot = publish(p)
+        f = r.read(timeout=1)
+        s = stream(nonblocking=True)
+        cap = f.__dlpack__(stream=s)
+        kernel = launch(s)
+        del cap
+        f.release()
+        prod_stream = stream(nonblocking=True)
+        waits = calls("stream_wait_value64")
+        for _ in range(6):
+            loan = p.loan(timeout=0, stream=prod_stream)
+            if loan.slot == slot:
+                break
+            p.publish(loan, 0)
+        assert loan.slot == slot, "loan(stream) did not reach the fenced slot"
+        assert calls("stream_wait_value64") == waits + 1
+        fill = launch(prod_stream, held=False)  # the producer's write of the loan
+        assert not done(fill), "the producer's stream did not wait for the reader's fence"
+        finish(kernel)
+        assert done(fill)
+        records = calls("record_event")
+        p.publish(loan, 0)  # write-done recorded on the loan's stream by default
+        assert calls("record_event") == records + 1
+
+
 def check_release_with_views_alive(channel):
     """Release waits for the last view: the capsule's tensor (a consumer's view) keeps the slot
     held after frame.release(); its deleter (the view's death) releases it, fenced on the stream
