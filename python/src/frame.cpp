@@ -114,12 +114,20 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
              f.hold.reset();
              return false;
            })
-      .def("__dlpack__", &frame_dlpack, py::arg("stream") = py::none(),
-           "DLPack capsule of the frame (typed with the producer's dtype/shape/strides, else 1-D "
-           "uint8) sharing its memory. CUDA frames: kDLCUDA; `stream` (1 legacy default, 2 "
-           "per-thread default, a cudaStream_t, -1 no synchronisation; None: legacy) is made to "
-           "wait for the producer's write before the capsule is returned, and the release fence "
-           "is queued on it.")
+      .def(
+          "__dlpack__",
+          [](const PyFrame& f, const py::object& stream, const py::object& /*max_version*/,
+             const py::object& dl_device, const py::object& copy) {
+            check_dlpack_request(f.device, f.channel, dl_device, copy);
+            return frame_dlpack(f, stream);
+          },
+          py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "DLPack capsule of the frame (typed with the producer's dtype/shape/strides, else 1-D "
+          "uint8) sharing its memory. CUDA frames: kDLCUDA; `stream` (1 legacy default, 2 "
+          "per-thread default, a cudaStream_t, -1 no synchronisation; None: legacy) is made to "
+          "wait for the producer's write before the capsule is returned, and the release fence "
+          "is queued on it.")
       .def("__dlpack_device__", [](const PyFrame& f) { return dlpack_device(f.device); })
       .def_property_readonly(
           "__cuda_array_interface__",

@@ -230,8 +230,16 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
              l.state.reset();
              return false;
            })
-      .def("__dlpack__", &loan_dlpack, py::arg("stream") = py::none(),
-           "DLPack capsule of a writable 1-D uint8 tensor of `capacity` bytes.")
+      .def(
+          "__dlpack__",
+          [](PyLoan& l, const py::object& stream, const py::object& /*max_version*/,
+             const py::object& dl_device, const py::object& copy) {
+            check_dlpack_request(l.device, l.channel, dl_device, copy);
+            return loan_dlpack(l, stream);
+          },
+          py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "DLPack capsule of a writable 1-D uint8 tensor of `capacity` bytes.")
       .def("__dlpack_device__", [](const PyLoan& l) { return dlpack_device(l.device); })
       .def("__repr__", &loan_repr);
 }

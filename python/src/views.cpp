@@ -359,6 +359,24 @@ Device device_for_backend(Backend backend, int cuda_device, const std::string& /
   return Device{DeviceKind::cuda, cuda_device};
 }
 
+void check_dlpack_request(const Device& device, const std::string& channel,
+                          const py::object& dl_device, const py::object& copy) {
+  if (!copy.is_none() && copy.cast<bool>()) {
+    raise_buffer_error(channel_prefix(channel) +
+                       "__dlpack__(copy=True): ipcring exports views only (copy the tensor)");
+  }
+  if (!dl_device.is_none()) {
+    const py::tuple want = dl_device;
+    const DLDevice have = to_dl(device);
+    if (want.size() != 2 || want[0].cast<int>() != static_cast<int>(have.device_type) ||
+        want[1].cast<int>() != have.device_id) {
+      raise_buffer_error(channel_prefix(channel) + "__dlpack__(dl_device=" +
+                         std::string(py::str(dl_device)) + "): the memory lives on " +
+                         std::string(py::str(dlpack_device(device))) + " and is not copied");
+    }
+  }
+}
+
 StreamArg parse_stream(const py::object& stream, const std::string& channel, const char* what) {
   StreamArg out;
   if (stream.is_none()) return out;  // the legacy default stream

@@ -79,6 +79,12 @@ struct StreamArg {
 };
 StreamArg parse_stream(const py::object& stream, const std::string& channel, const char* what);
 
+// __dlpack__'s newer keywords (array API 2023): copy=True and a dl_device other than the memory's
+// are a BufferError; max_version is accepted and a DLPack 0.x capsule ("dltensor") returned, which
+// the standard allows a producer without versioned capsules to do.
+void check_dlpack_request(const Device& device, const std::string& channel,
+                          const py::object& dl_device, const py::object& copy);
+
 // The stream publish() records a CUDA loan's write-done event on (unless publish names one).
 void set_write_stream(PyLoan& loan, std::uintptr_t stream);
 

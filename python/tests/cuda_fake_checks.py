@@ -175,6 +175,16 @@ def check_device_and_capsule(channel):
         except BufferError as e:
             assert channel in str(e) and "__dlpack__" in str(e)
         del cap
+        # The array API's newer keywords: a DLPack 0.x capsule for any max_version; no copies.
+        cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0), dl_device=(2, 0), copy=False)
+        assert tensor_of(cap).dl_tensor.data == f.address
+        del cap
+        for kwargs in ({"dl_device": (1, 0)}, {"copy": True}):
+            try:
+                f.__dlpack__(stream=LEGACY, **kwargs)
+                raise AssertionError(f"__dlpack__({kwargs}) accepted")
+            except BufferError as e:
+                assert channel in str(e)
         f.release()
         loan = p.loan(timeout=0)
         assert loan.__dlpack_device__() == (2, 0)
