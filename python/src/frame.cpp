@@ -129,6 +129,26 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "wait for the producer's write before the capsule is returned, and the release fence "
           "is queued on it.")
       .def("__dlpack_device__", [](const PyFrame& f) { return dlpack_device(f.device); })
+      .def(
+          "__array__",
+          [](const py::object& self, const py::object& dtype, const py::object& /*copy*/) {
+            // NumPy asks the buffer protocol first (host frames never get here); without this, a
+            // CUDA frame (no buffer) would silently become a 0-d object array.
+            const auto& f = self.cast<const PyFrame&>();
+            if (f.device.kind != DeviceKind::cpu) {
+              throw py::type_error(channel_prefix(f.channel) + "frame " +
+                                   std::to_string(f.sequence) + " is in CUDA memory (device " +
+                                   std::to_string(f.device.index) +
+                                   "): numpy arrays live on the host; use torch.from_dlpack(frame) "
+                                   "or cupy.asarray(frame), then .cpu() / .get() to copy");
+            }
+            const py::module_ np = py::module_::import("numpy");
+            const py::object view =
+                py::reinterpret_steal<py::object>(PyMemoryView_FromObject(self.ptr()));
+            if (!view) throw py::error_already_set();
+            return dtype.is_none() ? np.attr("asarray")(view) : np.attr("asarray")(view, dtype);
+          },
+          py::arg("dtype") = py::none(), py::kw_only(), py::arg("copy") = py::none())
       .def_property_readonly(
           "__cuda_array_interface__",
           [](const PyFrame& f) -> py::object {

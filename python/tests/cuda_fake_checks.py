@@ -168,12 +168,19 @@ def check_device_and_capsule(channel):
         assert (t.ndim, t.dtype.code, t.dtype.bits) == (2, 1, 16)  # kDLUInt 16
         assert [t.shape[k] for k in range(2)] == [16, 128]
         assert [t.strides[k] for k in range(2)] == [128, 1]
-        # No buffer protocol for device memory, and no numpy loans on a CUDA channel.
+        # No buffer protocol for device memory, no numpy view, and no numpy loans.
         try:
             memoryview(f)
             raise AssertionError("memoryview of a CUDA frame")
         except BufferError as e:
             assert channel in str(e) and "__dlpack__" in str(e)
+        import numpy as np
+
+        try:
+            a = np.asarray(f)
+            raise AssertionError(f"numpy.asarray of a CUDA frame gave {a!r}")
+        except TypeError as e:
+            assert channel in str(e) and "CUDA memory (device 0)" in str(e)
         del cap
         # The array API's newer keywords: a DLPack 0.x capsule for any max_version; no copies.
         cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0), dl_device=(2, 0), copy=False)
