@@ -35,8 +35,9 @@
 
 namespace ipcring::python {
 
-// Where the bytes of a frame or loan live, in DLPack's terms. Host frames are kDLCPU; CUDA
-// frames (a later backend of the Python module) will be kDLCUDA with the reader's device ordinal.
+// Where the bytes of a frame or loan live, in DLPack's terms. Host frames are kDLCPU; CUDA frames
+// and loans are kDLCUDA with the device ordinal the pointer is valid on in this process (the
+// reader's current device at attach; the producer's cuda_device).
 enum class DeviceKind { cpu, cuda };
 struct Device {
   DeviceKind kind = DeviceKind::cpu;
@@ -65,10 +66,34 @@ struct LoanState {
   std::shared_ptr<ProducerState> producer;
   Loan loan;                    // guarded by producer->mutex; empty once published
   std::atomic<int> exports{0};  // live buffer and DLPack views
+  // CUDA loans: the stream a consumer said it writes on (loan.__dlpack__(stream), loan.tensor()
+  // with torch's current stream); publish() records the write-done event there unless told
+  // otherwise (none given: the legacy default stream).
+  std::atomic<std::uintptr_t> write_stream{0};
+  std::atomic<bool> write_stream_set{false};
 };
 
+// A CUDA stream as DLPack and __cuda_array_interface__ name it: 1 the legacy default stream (what
+// ipcring's C++ API calls nullptr), 2 the per-thread default stream, else a cudaStream_t.
+inline CudaStream to_cuda_stream(std::uintptr_t s) noexcept {
+  return s == 1 ? nullptr : reinterpret_cast<CudaStream>(s);
+}
+
 struct FrameHold {
-  Frame frame;  // its destructor releases the slot
+  FrameHold() = default;
+  FrameHold(const FrameHold&) = delete;
+  FrameHold& operator=(const FrameHold&) = delete;
+  // The last reference gone (Frame.release(), the end of a `with`, the DLPack deleter or the
+  // death of the last view): release the slot; on a CUDA channel the release fence is queued on
+  // the stream the consumer used (release_stream), so the producer reuses the buffer only after
+  // the consumer's queued GPU work on it, without a CPU sync. Host frames ignore the stream.
+  ~FrameHold() { frame.release(to_cuda_stream(release_stream.load(std::memory_order_acquire))); }
+
+  Frame frame;
+  // The consumer's stream (DLPack/CUDA array interface numbering; 1: legacy default). Set by the
+  // first export that names one, or by Frame.release(stream=...).
+  std::atomic<std::uintptr_t> release_stream{1};
+  std::atomic<bool> release_stream_set{false};
 };
 
 struct ReaderState {

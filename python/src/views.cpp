@@ -3,6 +3,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstdio>
 #include <limits>
 
 #include "errors.hpp"
@@ -55,21 +56,84 @@ DLDevice to_dl(const Device& d) {
 }
 
 // The stream argument of __dlpack__: None (or absent) for host memory, as the array API says.
-void check_stream(const Device& device, const py::object& stream, const std::string& channel) {
-  if (device.kind == DeviceKind::cpu) {
-    if (!stream.is_none()) {
+void check_host_stream(const py::object& stream, const std::string& channel) {
+  if (!stream.is_none()) {
+    raise_errc(Errc::invalid_argument,
+               channel_prefix(channel) +
+                   "__dlpack__(stream=" + std::string(py::str(py::repr(stream))) +
+                   "): host frames take stream=None (there is no stream to order against)");
+  }
+}
+
+std::string stream_text(std::uintptr_t s) {
+  if (s == 1) return "1 (the legacy default stream)";
+  if (s == 2) return "2 (the per-thread default stream)";
+  char b[32];
+  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(s));
+  return b;
+}
+
+// The frame's release fence goes on one stream: the first one a consumer named. A second export
+// on another stream is refused (its work would not be covered by the fence).
+void bind_release_stream(FrameHold& h, std::uintptr_t s, const PyFrame& f, const char* what) {
+  if (h.release_stream_set.load(std::memory_order_acquire)) {
+    const std::uintptr_t bound = h.release_stream.load(std::memory_order_acquire);
+    if (bound != s) {
       raise_errc(Errc::invalid_argument,
-                 channel_prefix(channel) +
-                     "__dlpack__(stream=" + std::string(py::str(py::repr(stream))) +
-                     "): host frames take stream=None (there is no stream to order against)");
+                 channel_prefix(f.channel) + what + ": frame " + std::to_string(f.sequence) +
+                     " is already used on stream " + stream_text(bound) + ", not stream " +
+                     stream_text(s) +
+                     ": its release fence is recorded on one stream; use one stream per frame, "
+                     "or pass stream=-1 and order the work yourself");
     }
     return;
   }
-  // CUDA (future): make `stream` wait on the frame's write-done event (Frame::wait_on) before
-  // handing out the pointer; stream 1 is the legacy default stream, 2 the per-thread one.
-  raise_errc(Errc::unsupported, channel_prefix(channel) +
-                                    "DLPack export of CUDA frames is not implemented in this "
-                                    "build of the Python module");
+  h.release_stream.store(s, std::memory_order_release);
+  h.release_stream_set.store(true, std::memory_order_release);
+}
+
+// Makes `s` wait (on the GPU) for the producer's write of the frame, and binds the release fence
+// to it.
+void wait_for_write(const PyFrame& f, std::uintptr_t s, const char* what) {
+  FrameHold& h = *f.hold;
+  bind_release_stream(h, s, f, what);
+  const Status st = h.frame.wait_on(to_cuda_stream(s));
+  if (st != Status::ok) {
+    raise_status(st, channel_prefix(f.channel) + what + ": making stream " + stream_text(s) +
+                         " wait for the producer's write of frame " + std::to_string(f.sequence) +
+                         " failed (" + to_string(st) + "; the CUDA error is on stderr)");
+  }
+}
+
+// NumPy's typestr of a DLPack type (little-endian machines only, as ipcring is).
+std::string typestr(std::uint8_t code, std::uint8_t bits, const std::string& channel) {
+  char kind = 0;
+  switch (code) {
+    case kDLInt:
+      kind = 'i';
+      break;
+    case kDLUInt:
+      kind = 'u';
+      break;
+    case kDLFloat:
+      kind = 'f';
+      break;
+    case kDLComplex:
+      kind = 'c';
+      break;
+    case 6:  // kDLBool (DLPack 0.8; older dlpack.h has no name for it)
+      kind = 'b';
+      break;
+    default:
+      break;
+  }
+  if (kind == 0 || bits % 8 != 0 || bits == 0) {
+    raise_errc(Errc::unsupported, channel_prefix(channel) + "__cuda_array_interface__ has no " +
+                                      "typestr for DLPack type code " + std::to_string(code) +
+                                      " of " + std::to_string(bits) +
+                                      " bits (bfloat16?); use __dlpack__ (torch.from_dlpack)");
+  }
+  return std::string(1, bits == 8 ? '|' : '<') + kind + std::to_string(bits / 8);
 }
 
 // A capsule of `bytes` bytes at `data`, typed by `tensor` when given (its byte offset is folded
@@ -241,7 +305,13 @@ py::object frame_dlpack(const PyFrame& f, const py::object& stream) {
                                            std::to_string(f.sequence) +
                                            " was released; __dlpack__ needs a held frame");
   }
-  check_stream(f.device, stream, f.channel);
+  if (f.device.kind == DeviceKind::cpu) {
+    check_host_stream(stream, f.channel);
+  } else {
+    const StreamArg s = parse_stream(stream, f.channel, "__dlpack__");
+    // Before the capsule exists: the consumer's stream is ordered after the producer's write.
+    if (s.sync) wait_for_write(f, s.value, "__dlpack__");
+  }
   auto* e = new DlpackExport();
   e->frame = f.hold;
   // DLPack 0.6 has no read-only flag: the consumer gets a mutable pointer. Python readers map the
@@ -257,7 +327,12 @@ py::object loan_dlpack(PyLoan& l, const py::object& stream) {
                                            std::to_string(l.sequence) +
                                            (l.published ? " was published" : " was discarded"));
   }
-  check_stream(l.device, stream, l.channel);
+  if (l.device.kind == DeviceKind::cpu) {
+    check_host_stream(stream, l.channel);
+  } else {
+    const StreamArg s = parse_stream(stream, l.channel, "__dlpack__");
+    if (s.sync) set_write_stream(l, s.value);
+  }
   auto* e = new DlpackExport();
   e->loan = std::make_unique<LoanExport>(l.state);
   return make_capsule(e, l.data, l.capacity, l.device);
@@ -269,7 +344,6 @@ py::object loan_dlpack_typed(PyLoan& l, const TensorDesc& tensor) {
                                            std::to_string(l.sequence) +
                                            (l.published ? " was published" : " was discarded"));
   }
-  check_stream(l.device, py::none(), l.channel);
   auto* e = new DlpackExport();
   e->loan = std::make_unique<LoanExport>(l.state);
   return make_capsule(e, l.data, l.capacity, l.device, &tensor);
@@ -280,17 +354,118 @@ py::tuple dlpack_device(const Device& device) {
   return py::make_tuple(static_cast<int>(d.device_type), d.device_id);
 }
 
-Device device_for_backend(Backend backend, int cuda_device, const std::string& channel) {
+Device device_for_backend(Backend backend, int cuda_device, const std::string& /*channel*/) {
   if (backend == Backend::host) return Device{DeviceKind::cpu, 0};
-#ifdef IPCRING_PYTHON_CUDA
   return Device{DeviceKind::cuda, cuda_device};
-#else
-  (void)cuda_device;
-  throw Error(Errc::unsupported,
-              channel_prefix(channel) +
-                  "CUDA frames are not supported by this build of the ipcring Python module "
-                  "(no kDLCUDA / __cuda_array_interface__ export yet); use backend='host'");
-#endif
+}
+
+void check_dlpack_request(const Device& device, const std::string& channel,
+                          const py::object& dl_device, const py::object& copy) {
+  if (!copy.is_none() && copy.cast<bool>()) {
+    raise_buffer_error(channel_prefix(channel) +
+                       "__dlpack__(copy=True): ipcring exports views only (copy the tensor)");
+  }
+  if (!dl_device.is_none()) {
+    const py::tuple want = dl_device;
+    const DLDevice have = to_dl(device);
+    if (want.size() != 2 || want[0].cast<int>() != static_cast<int>(have.device_type) ||
+        want[1].cast<int>() != have.device_id) {
+      raise_buffer_error(channel_prefix(channel) + "__dlpack__(dl_device=" +
+                         std::string(py::str(dl_device)) + "): the memory lives on " +
+                         std::string(py::str(dlpack_device(device))) + " and is not copied");
+    }
+  }
+}
+
+StreamArg parse_stream(const py::object& stream, const std::string& channel, const char* what) {
+  StreamArg out;
+  if (stream.is_none()) return out;  // the legacy default stream
+  const auto refuse = [&](const std::string& why) {
+    raise_errc(Errc::invalid_argument, channel_prefix(channel) + what + "(stream=" +
+                                           std::string(py::str(py::repr(stream))) + "): " + why);
+  };
+  if (!PyLong_Check(stream.ptr()) || PyBool_Check(stream.ptr())) {
+    refuse(
+        "a CUDA stream is an int (1: legacy default, 2: per-thread default, -1: no "
+        "synchronisation, else a cudaStream_t such as torch.cuda.Stream.cuda_stream)");
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+  if (overflow == 0 && v == -1) {
+    out.sync = false;
+    return out;
+  }
+  if (overflow < 0 || (overflow == 0 && v < 0))
+    refuse("negative streams other than -1 are invalid");
+  if (overflow == 0 && v == 0) {
+    refuse(
+        "0 is ambiguous for CUDA (DLPack): pass 1 for the legacy default stream or 2 for the "
+        "per-thread default stream");
+  }
+  const unsigned long long u = PyLong_AsUnsignedLongLong(stream.ptr());
+  if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+  out.value = static_cast<std::uintptr_t>(u);
+  return out;
+}
+
+void set_write_stream(PyLoan& l, std::uintptr_t s) {
+  if (!l.state) return;
+  l.state->write_stream.store(s, std::memory_order_release);
+  l.state->write_stream_set.store(true, std::memory_order_release);
+}
+
+py::dict frame_cuda_array_interface(const PyFrame& f) {
+  if (!f.hold) {
+    raise_errc(Errc::invalid_argument,
+               channel_prefix(f.channel) + "frame " + std::to_string(f.sequence) +
+                   " was released; __cuda_array_interface__ needs a held frame");
+  }
+  // The stream the frame is already used on, else the legacy default stream: the producer's write
+  // is made visible on it before the dict is returned, and its `stream` key says which it is.
+  const std::uintptr_t s = f.hold->release_stream_set.load(std::memory_order_acquire)
+                               ? f.hold->release_stream.load(std::memory_order_acquire)
+                               : 1;
+  wait_for_write(f, s, "__cuda_array_interface__");
+  py::dict d;
+  const auto ptr = reinterpret_cast<std::uintptr_t>(f.data);
+  if (f.tensor) {
+    const TensorDesc& t = *f.tensor;
+    py::tuple shape(t.ndim);
+    for (std::uint8_t k = 0; k < t.ndim; ++k) shape[k] = t.shape[k];
+    d["shape"] = shape;
+    d["typestr"] = typestr(t.dtype_code, t.dtype_bits, f.channel);
+    d["data"] = py::make_tuple(ptr + t.byte_offset, true);
+    if (t.is_contiguous()) {
+      d["strides"] = py::none();
+    } else {
+      py::tuple strides(t.ndim);
+      const auto item = static_cast<std::int64_t>(t.element_bytes());
+      for (std::uint8_t k = 0; k < t.ndim; ++k) strides[k] = t.stride(k) * item;
+      d["strides"] = strides;
+    }
+  } else {
+    d["shape"] = py::make_tuple(f.size);
+    d["typestr"] = "|u1";
+    d["data"] = py::make_tuple(ptr, true);
+    d["strides"] = py::none();
+  }
+  d["version"] = 3;
+  d["stream"] = s;
+  return d;
+}
+
+void set_frame_release_stream(PyFrame& f, const py::object& stream) {
+  if (!f.hold || f.device.kind == DeviceKind::cpu) {
+    if (!stream.is_none() && f.device.kind == DeviceKind::cpu) check_host_stream(stream, f.channel);
+    return;
+  }
+  if (stream.is_none()) return;  // keep the stream an export bound (else the legacy default)
+  const StreamArg s = parse_stream(stream, f.channel, "release");
+  if (!s.sync) return;
+  // An explicit release stream overrides the one an export chose: the caller says where the last
+  // work on the frame was queued.
+  f.hold->release_stream.store(s.value, std::memory_order_release);
+  f.hold->release_stream_set.store(true, std::memory_order_release);
 }
 
 }  // namespace ipcring::python

@@ -7,10 +7,11 @@
 //
 // Loans: views are writable and counted in LoanState::exports; publish() refuses while one lives.
 //
-// Devices: host frames export kDLCPU. CUDA frames will export kDLCUDA (and
-// __cuda_array_interface__ v3), making the consumer's stream wait on the frame's write-done event
-// (Frame::wait_on) before the capsule is returned; until the Python module implements that, every
-// entry point refuses CUDA with ipcring.Unsupported (see require_supported_backend()).
+// Devices: host frames export kDLCPU. CUDA frames export kDLCUDA (and __cuda_array_interface__
+// v3): the consumer's stream is made to wait on the frame's write-done event (Frame::wait_on)
+// before the capsule or dict is returned, and that stream is remembered in the FrameHold, whose
+// destructor queues the release fence on it (Frame::release(stream)). CUDA loans export kDLCUDA
+// too; the stream a consumer names is where publish() records the write-done event.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -66,8 +67,32 @@ py::object loan_dlpack(PyLoan& loan, const py::object& stream);
 py::object loan_dlpack_typed(PyLoan& loan, const TensorDesc& tensor);
 py::tuple dlpack_device(const Device& device);
 
-// Device of a backend's buffers in this process; throws ipcring::Error(unsupported) for backends
-// the Python module cannot export yet.
+// Device of a backend's buffers in this process (kDLCUDA ordinal `cuda_device` for CUDA).
 Device device_for_backend(Backend backend, int cuda_device, const std::string& channel);
+
+// DLPack's stream argument on CUDA (also __cuda_array_interface__'s numbering): None or 1 the
+// legacy default stream, 2 the per-thread default stream, -1 no synchronisation (sync false),
+// other positive ints a cudaStream_t; 0, other negatives and non-ints are InvalidArgument.
+struct StreamArg {
+  bool sync = true;
+  std::uintptr_t value = 1;
+};
+StreamArg parse_stream(const py::object& stream, const std::string& channel, const char* what);
+
+// __dlpack__'s newer keywords (array API 2023): copy=True and a dl_device other than the memory's
+// are a BufferError; max_version is accepted and a DLPack 0.x capsule ("dltensor") returned, which
+// the standard allows a producer without versioned capsules to do.
+void check_dlpack_request(const Device& device, const std::string& channel,
+                          const py::object& dl_device, const py::object& copy);
+
+// The stream publish() records a CUDA loan's write-done event on (unless publish names one).
+void set_write_stream(PyLoan& loan, std::uintptr_t stream);
+
+// __cuda_array_interface__ (v3) of a held CUDA frame; the producer's write is visible on its
+// `stream` (the frame's consumer stream, else 1) when it returns.
+py::dict frame_cuda_array_interface(const PyFrame& frame);
+
+// Frame.release(stream=...): the stream the release fence goes on (CUDA frames; None: keep).
+void set_frame_release_stream(PyFrame& frame, const py::object& stream);
 
 }  // namespace ipcring::python

@@ -55,6 +55,20 @@ def test_send_numpy_and_torch_zero_copy_views(channel):
             del t, m
 
 
+def test_array_method_of_a_host_frame_is_the_same_read_only_view(channel):
+    # Frame.__array__ exists for CUDA frames (a clear TypeError instead of a 0-d object array);
+    # on a host frame it is the buffer protocol's view, with the frame's dtype if none is asked.
+    src = np.arange(12, dtype=np.int16).reshape(3, 4)
+    with make(channel) as p, ipcring.Reader(channel) as r:
+        p.send(src)
+        with r.read(timeout=1) as f:
+            a = f.__array__()
+            assert a.shape == (3, 4) and a.dtype == np.int16 and np.array_equal(a, src)
+            assert a.__array_interface__["data"][0] == f.address and not a.flags.writeable
+            assert f.__array__(np.float32).dtype == np.float32
+            del a
+
+
 def test_send_compacts_strided_sources_and_records_their_type(channel):
     base = np.arange(2 * 3 * 4, dtype=np.int16).reshape(2, 3, 4)
     sources = [

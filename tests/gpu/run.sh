@@ -34,17 +34,27 @@ configure_and_build() {
   mkdir -p "$build" || return 1
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DIPCRING_WITH_CUDA=ON \
     -DIPCRING_BUILD_TESTS=ON -DIPCRING_BUILD_TOOLS=OFF -DIPCRING_BUILD_BENCH=OFF \
-    -DIPCRING_PYTHON=OFF >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; return 1; }
+    -DIPCRING_PYTHON=AUTO >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; return 1; }
   cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)" --target "${targets[@]}" \
     >"$build/build.log" 2>&1 || { tail -n 60 "$build/build.log"; return 1; }
+  # The Python module, for python_cuda_frames.py (skipped where pybind11 is missing).
+  cmake --build "$build" -j"$(nproc 2>/dev/null || echo 2)" --target ipcring_python \
+    >>"$build/build.log" 2>&1 || echo "(no Python module: python_cuda_frames.py will skip)"
+}
+
+# The Python check of the CUDA frame path (python_cuda_frames.py): exit 0, 77 (skipped) or 1.
+run_python_check() {
+  PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONDONTWRITEBYTECODE=1 \
+    timeout -k 5 120 "${IPCRING_GPU_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}" "$root/tests/gpu/python_cuda_frames.py" \
+    >"$logdir/python_cuda_frames.log" 2>&1
 }
 
 if [[ $prepare -eq 1 ]]; then
   configure_and_build || exit 1
   echo "built $build; carry these (relative to the repository root):"
   for f in tests/gpu/ipcring_gpu_tests tests/gpu/ipc_probe tests/ipcring_cuda_unit_tests \
-           lib/libipcring_cuda.so; do
-    du -h "$build/$f" | sed "s|$root/||"
+           lib/libipcring_cuda.so python/ipcring; do
+    [[ -e $build/$f ]] && du -sh "$build/$f" | sed "s|$root/||"
   done
   exit 0
 fi
@@ -132,6 +142,11 @@ if [[ $probe_rc -eq 77 ]]; then
     printf '%-24s %s\n' "$c" "$( [[ $rc -eq 77 ]] && echo SKIP || echo "FAIL (exit $rc)")"
     [[ $rc -eq 77 ]] || { cat "$logdir/gpu_$c.log"; section "result: FAILED: $c did not skip"; exit 1; }
   done
+  section "Python CUDA frames (no-GPU path: must report itself skipped)"
+  run_python_check
+  prc=$?
+  tail -n 1 "$logdir/python_cuda_frames.log"
+  [[ $prc -eq 77 ]] || { cat "$logdir/python_cuda_frames.log"; section "result: FAILED: python_cuda_frames.py did not skip"; exit 1; }
   section "result: SKIPPED (exit 77): no usable GPU on this machine ($(head -n1 "$logdir/gpu_roundtrip.log" | sed 's/^SKIPPED: //')); nothing was verified on a GPU"
   exit 77
 fi
@@ -175,6 +190,18 @@ for c in "${cases[@]}"; do
     "$logdir/gpu_$c.log" | sed 's/^/    /'
   [[ $verdict == PASS || $verdict == SKIP ]] || tail -n 20 "$logdir/gpu_$c.log" | sed 's/^/    | /'
 done
+
+section "Python CUDA frames (python_cuda_frames.py)"
+run_python_check
+prc=$?
+case $prc in
+  0) verdict=PASS ;;
+  77) verdict=SKIP ;;
+  *) verdict="FAIL (exit $prc)"; failed=1 ;;
+esac
+summary+=("$(printf '%-24s %-24s' python_cuda_frames "$verdict")")
+printf '%-24s %s\n' python_cuda_frames "$verdict"
+sed 's/^/    /' "$logdir/python_cuda_frames.log" | tail -n 20
 
 section "latency (3 more runs)"
 for i in 1 2 3; do
