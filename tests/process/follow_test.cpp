@@ -1,0 +1,219 @@
+// follow_test.cpp — readers follow their channel by name (clean restart, removal and re-creation),
+// and a running producer defends its name (restored after removal; a second producer refused
+// while the name is missing).
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "ipcring/ipcring.hpp"
+#include "process/process_util.hpp"
+#include "test_util.hpp"
+
+using namespace ipcring;
+using namespace std::chrono_literals;
+using test::eventually;
+using test::ScopedChannel;
+using test::Shared;
+using test::spawn;
+using test::wait_exit;
+
+namespace {
+
+struct Control {
+  std::atomic<int> stop{0};
+  std::atomic<std::uint64_t> published{0};
+};
+
+// A producer child: publishes frames whose first byte is `mark` (and the sequence after it) every
+// millisecond until told to stop, then closes cleanly (or is killed by the test).
+pid_t spawn_producer(const std::string& name, ChannelConfig cfg, char mark, Control& ctl) {
+  return spawn([&, name, cfg, mark] {
+    auto p = Producer::create(name, cfg);
+    while (ctl.stop.load() == 0) {
+      auto l = p.loan();
+      if (l) {
+        l->data()[0] = static_cast<std::byte>(mark);
+        const std::uint64_t seq = l->sequence();
+        std::memcpy(l->data() + 8, &seq, sizeof seq);
+        p.publish(std::move(*l), 16);
+        ctl.published.fetch_add(1);
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    return 0;
+  });
+}
+
+std::string shm_file(const std::string& channel) {
+  return "/dev/shm/ipcring." + channel;
+}
+
+ino_t inode_of(const std::string& channel) {
+  struct stat st {};
+  return stat(shm_file(channel).c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+struct Tally {
+  int a = 0, b = 0, gone = 0, other = 0;
+};
+
+// Reads for at most `limit` until `done` says so, counting frames by mark and producer_gone.
+template <class Done>
+Tally read_until(Reader& r, bool blocking, Done done, std::chrono::milliseconds limit = 15s) {
+  Tally t;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end && !done(t)) {
+    Result<Frame> f = blocking ? r.read(50ms) : r.try_read();
+    if (f) {
+      const char m = static_cast<char>(f->data()[0]);
+      if (m == 'A')
+        ++t.a;
+      else if (m == 'B')
+        ++t.b;
+      else
+        ++t.other;
+      continue;
+    }
+    if (f.status() == Status::producer_gone)
+      ++t.gone;
+    else if (f.status() != Status::no_frame && f.status() != Status::timeout)
+      ++t.other;
+    if (!blocking) std::this_thread::sleep_for(1ms);
+  }
+  return t;
+}
+
+void clean_restart(bool blocking) {
+  ScopedChannel ch(blocking ? "follow-read" : "follow-try");
+  Shared<Control> a, b;
+  ChannelConfig first{.slots = 6, .max_readers = 2, .max_held = 2, .frame_bytes = 4096};
+  const pid_t pa = spawn_producer(ch.name(), first, 'A', *a);
+  Reader r = Reader::attach(ch.name(), {.wait_for_channel = 10s});
+  // Hold one frame of the first producer across the restart: it must stay readable.
+  Result<Frame> held = Status::no_frame;
+  REQUIRE(eventually([&] { return static_cast<bool>(held = r.try_read()); }));
+  CHECK(static_cast<char>(held->data()[0]) == 'A');
+  Tally t1 = read_until(r, blocking, [](const Tally& t) { return t.a >= 5; });
+  CHECK(t1.a >= 5);
+  a->stop.store(1);
+  CHECK(wait_exit(pa) == 0);  // a clean close: its object's name is unlinked
+  // Another geometry: the reader must take the new one.
+  ChannelConfig second{.slots = 8, .max_readers = 3, .max_held = 2, .frame_bytes = 65536};
+  const pid_t pb = spawn_producer(ch.name(), second, 'B', *b);
+  Tally t2 = read_until(r, blocking, [](const Tally& t) { return t.b >= 5; });
+  b->stop.store(1);
+  CHECK(wait_exit(pb) == 0);
+  CHECK(t2.b >= 5);
+  CHECK(t1.gone + t2.gone == 1);  // exactly once for the ended producer
+  CHECK(t2.other == 0);
+  CHECK(r.frame_bytes() == 65536);
+  CHECK(static_cast<char>(held->data()[0]) == 'A');  // the old mapping is still ours
+  held->release();
+}
+
+}  // namespace
+
+TEST_CASE("a reader follows a clean producer restart (try_read)") {
+  clean_restart(false);
+}
+
+TEST_CASE("a reader follows a clean producer restart (read with a timeout)") {
+  clean_restart(true);
+}
+
+TEST_CASE("a reader follows a removal and re-creation of the channel's object") {
+  ScopedChannel ch("follow-recreate");
+  Shared<Control> a, b;
+  ChannelConfig cfg{.slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 1024};
+  const pid_t pa = spawn_producer(ch.name(), cfg, 'A', *a);
+  Reader r = Reader::attach(ch.name(), {.wait_for_channel = 10s});
+  Tally t1 = read_until(r, false, [](const Tally& t) { return t.a >= 3; });
+  CHECK(t1.a >= 3);
+  // The producer crashes and a cleanup removes its object (as ringdump rm or RemoveIPC would).
+  kill(pa, SIGKILL);
+  CHECK(wait_exit(pa) == 128 + SIGKILL);
+  REQUIRE(unlink(shm_file(ch.name()).c_str()) == 0);
+  const pid_t pb = spawn_producer(ch.name(), cfg, 'B', *b);
+  Tally t2 = read_until(r, false, [](const Tally& t) { return t.b >= 3; });
+  b->stop.store(1);
+  CHECK(wait_exit(pb) == 0);
+  CHECK(t2.b >= 3);
+  CHECK(t1.gone + t2.gone == 1);
+}
+
+TEST_CASE("an object removed under a running producer is restored; its readers read on") {
+  ScopedChannel ch("follow-restore");
+  Shared<Control> a;
+  ChannelConfig cfg{
+      .slots = 4, .max_readers = 3, .max_held = 1, .frame_bytes = 1024, .reap_period = 20ms};
+  const pid_t pa = spawn_producer(ch.name(), cfg, 'A', *a);
+  Reader r = Reader::attach(ch.name(), {.policy = ReadPolicy::sequential, .wait_for_channel = 10s});
+  Tally t1 = read_until(r, true, [](const Tally& t) { return t.a >= 3; });
+  CHECK(t1.a >= 3);
+  const ino_t before = inode_of(ch.name());
+  REQUIRE(before != 0);
+  REQUIRE(unlink(shm_file(ch.name()).c_str()) == 0);
+  // Restored under its name (a fresh object: the kernel cannot relink the removed one).
+  CHECK(eventually([&] { return inode_of(ch.name()) != 0; }, 10s));
+  CHECK(inode_of(ch.name()) != before);
+  // The attached reader reads on, with no producer_gone (the same producer), sequences growing.
+  std::uint64_t last = 0;
+  int frames = 0, gone = 0, disorder = 0;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (frames < 20 && std::chrono::steady_clock::now() < end) {
+    Result<Frame> f = r.read(50ms);
+    if (f) {
+      if (f->sequence() <= last) ++disorder;
+      last = f->sequence();
+      ++frames;
+    } else if (f.status() == Status::producer_gone) {
+      ++gone;
+    }
+  }
+  CHECK(frames >= 20);
+  CHECK(gone == 0);
+  CHECK(disorder == 0);
+  // A reader attaching by name now finds the producer.
+  Reader late = Reader::attach(ch.name(), {.wait_for_channel = 5s});
+  Tally t3 = read_until(late, true, [](const Tally& t) { return t.a >= 3; });
+  CHECK(t3.a >= 3);
+  CHECK(t3.gone == 0);
+  a->stop.store(1);
+  CHECK(wait_exit(pa) == 0);
+}
+
+TEST_CASE("a second producer is refused while the first lives with its object's name removed") {
+  ScopedChannel ch("follow-window");
+  Shared<Control> a;
+  ChannelConfig cfg{
+      .slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 1024, .reap_period = 20ms};
+  const pid_t pa = spawn_producer(ch.name(), cfg, 'A', *a);
+  REQUIRE(eventually([&] { return a->published.load() > 0; }));
+  // Stopped: it cannot restore its name, so the window stays open for as long as we look.
+  kill(pa, SIGSTOP);
+  REQUIRE(unlink(shm_file(ch.name()).c_str()) == 0);
+  Errc code = Errc::system_error;
+  std::string message;
+  try {
+    auto p2 = Producer::create(ch.name(), cfg);
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  CHECK(code == Errc::producer_exists);
+  CHECK(message.find(ch.name()) != std::string::npos);
+  CHECK(message.find("liveness token") != std::string::npos);
+  CHECK(inode_of(ch.name()) == 0);  // nothing was created under the name
+  kill(pa, SIGCONT);
+  CHECK(eventually([&] { return inode_of(ch.name()) != 0; }, 10s));  // restored by the first
+  a->stop.store(1);
+  CHECK(wait_exit(pa) == 0);
+  // Once the first has ended, the name is free for a new producer.
+  CHECK_NOTHROW(Producer::create(ch.name(), cfg));
+}
