@@ -12,8 +12,9 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
-#include "common/errno_text.hpp"
+#include "common/clock.hpp"
 #include "ipcring/error.hpp"
 
 namespace ipcring::detail {
@@ -21,35 +22,35 @@ namespace ipcring::detail {
 namespace {
 
 // Descriptors of the tokens this process holds, closed in a fork child (the child must not keep
-// its parent's names alive). A fixed table: the atfork handler may not allocate. A process with
-// more live producers than this keeps working; the extra tokens are only closed at exec.
+// its parent's names alive). A fixed table, zero meaning empty and fd + 1 a token: the atfork
+// handler may not allocate. A process with more live producers than this keeps working; the
+// extra tokens are closed only at exec in a fork child.
 constexpr int kTrackedTokens = 256;
 std::atomic<int> g_token_fds[kTrackedTokens];
-std::atomic<bool> g_atfork_installed{false};
+std::once_flag g_atfork_once;
 
 void close_tokens_in_child() noexcept {
   for (auto& slot : g_token_fds) {
-    const int fd = slot.exchange(-1, std::memory_order_relaxed);
-    if (fd >= 0) close(fd);
+    const int v = slot.exchange(0, std::memory_order_relaxed);
+    if (v > 0) close(v - 1);
   }
 }
 
-void track(int fd) noexcept {
-  if (!g_atfork_installed.exchange(true)) {
-    for (auto& slot : g_token_fds) slot.store(-1, std::memory_order_relaxed);
-    pthread_atfork(nullptr, nullptr, &close_tokens_in_child);
-  }
+// True when the table holds `fd` now.
+bool track(int fd) noexcept {
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, &close_tokens_in_child); });
   for (auto& slot : g_token_fds) {
-    int expected = -1;
-    if (slot.compare_exchange_strong(expected, fd, std::memory_order_relaxed)) return;
+    int expected = 0;
+    if (slot.compare_exchange_strong(expected, fd + 1, std::memory_order_relaxed)) return true;
   }
+  return false;
 }
 
 // Forgets `fd`; false when a fork already closed it (it is not ours to close again).
 bool untrack(int fd) noexcept {
   for (auto& slot : g_token_fds) {
-    int expected = fd;
-    if (slot.compare_exchange_strong(expected, -1, std::memory_order_relaxed)) return true;
+    int expected = fd + 1;
+    if (slot.compare_exchange_strong(expected, 0, std::memory_order_relaxed)) return true;
   }
   return false;
 }
@@ -92,7 +93,8 @@ NameToken::~NameToken() {
   release();
 }
 
-NameToken::NameToken(NameToken&& other) noexcept : fd_(other.fd_) {
+NameToken::NameToken(NameToken&& other) noexcept
+    : fd_(other.fd_), tracked_(other.tracked_), fork_gen_(other.fork_gen_) {
   other.fd_ = -1;
 }
 
@@ -100,6 +102,8 @@ NameToken& NameToken::operator=(NameToken&& other) noexcept {
   if (this != &other) {
     release();
     fd_ = other.fd_;
+    tracked_ = other.tracked_;
+    fork_gen_ = other.fork_gen_;
     other.fd_ = -1;
   }
   return *this;
@@ -107,7 +111,13 @@ NameToken& NameToken::operator=(NameToken&& other) noexcept {
 
 void NameToken::release() noexcept {
   if (fd_ < 0) return;
-  if (untrack(fd_)) close(fd_);
+  if (fork_gen_ != fork_generation()) {  // a fork child's copy: never ours to close
+    fd_ = -1;
+    return;
+  }
+  // Tracked: closed here unless a fork closed this copy already (in a child; the number may have
+  // been reused since). Untracked (a full table): ours to close.
+  if (!tracked_ || untrack(fd_)) close(fd_);
   fd_ = -1;
 }
 
@@ -135,7 +145,8 @@ NameToken NameToken::claim(std::string_view channel) {
     return token;  // another failure (EPERM in a sandbox): the lease alone guards the name
   }
   token.fd_ = fd;
-  track(fd);
+  token.tracked_ = track(fd);
+  token.fork_gen_ = fork_generation();
   return token;
 }
 

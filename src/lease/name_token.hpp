@@ -18,10 +18,12 @@
 // local user of the namespace can bind any abstract address (no permissions), so a hostile local
 // user can keep a channel name from being created; the message names the address.
 //
-// fork(): the child's copy of the socket descriptor is closed in the child (pthread_atfork), so a
-// fork child never keeps its parent's name alive; exec closes it too (SOCK_CLOEXEC).
+// fork(): the child's copy of the socket descriptor is closed in the child (pthread_atfork, in the
+// child's first instructions after fork returns), so a fork child never keeps its parent's name
+// alive; exec closes it too (SOCK_CLOEXEC).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -45,6 +47,8 @@ class NameToken {
  private:
   void release() noexcept;
   int fd_ = -1;
+  bool tracked_ = false;  // in the table that a fork child's atfork handler closes
+  std::uint64_t fork_gen_ = 0;
 };
 
 // The token's address as ringdump and messages show it ("@ipcring/<dev>/<channel>").

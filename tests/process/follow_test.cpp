@@ -2,6 +2,7 @@
 // and a running producer defends its name (restored after removal; a second producer refused
 // while the name is missing).
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "ipcring/ipcring.hpp"
@@ -216,4 +218,92 @@ TEST_CASE("a second producer is refused while the first lives with its object's 
   CHECK(wait_exit(pa) == 0);
   // Once the first has ended, the name is free for a new producer.
   CHECK_NOTHROW(Producer::create(ch.name(), cfg));
+}
+
+TEST_CASE("a fork child does not keep its parent's name alive") {
+  ScopedChannel ch("follow-fork");
+  ChannelConfig cfg{.slots = 4, .max_readers = 1, .max_held = 1, .frame_bytes = 1024};
+  std::optional<Producer> p;
+  p.emplace(Producer::create(ch.name(), cfg));
+  Shared<std::atomic<int>> release_child, child_running;
+  const pid_t child = spawn([&] {
+    child_running->store(1);
+    while (release_child->load() == 0) std::this_thread::sleep_for(1ms);
+    return 0;
+  });
+  // The child's copy of the token's descriptor exists from fork() until the child's atfork
+  // handler closed it, in the child's first instructions: wait until the child runs.
+  REQUIRE(eventually([&] { return child_running->load() == 1; }));
+  p.reset();  // a clean close, while the child (with copies of our descriptors) lives
+  CHECK_NOTHROW(Producer::create(ch.name(), cfg));
+  release_child->store(1);
+  CHECK(wait_exit(child) == 0);
+}
+
+TEST_CASE("a producer whose name a producer it cannot see took reports it and keeps its readers") {
+  ScopedChannel ch("follow-taken");
+  struct State {
+    std::atomic<int> stop{0};
+    std::atomic<int> owns{-1};  // the first producer's owns_name() after the second came
+    std::atomic<std::uint64_t> published{0};
+    std::atomic<int> second{0};  // 1: created in its own network namespace, 77: cannot unshare
+  };
+  Shared<State> st;
+  ChannelConfig cfg{
+      .slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 1024, .reap_period = 20ms};
+  const pid_t first = spawn([&] {
+    auto p = Producer::create(ch.name(), cfg);
+    while (st->stop.load() == 0) {
+      if (auto l = p.loan()) {
+        l->data()[0] = std::byte{'A'};
+        p.publish(std::move(*l), 16);
+        st->published.fetch_add(1);
+      }
+      if (st->second.load() == 1) st->owns.store(p.owns_name() ? 1 : 0);
+      std::this_thread::sleep_for(1ms);
+    }
+    return 0;
+  });
+  Reader r = Reader::attach(ch.name(), {.wait_for_channel = 10s});
+  Tally t1 = read_until(r, true, [](const Tally& t) { return t.a >= 3; });
+  REQUIRE(t1.a >= 3);
+  kill(first, SIGSTOP);  // so that it cannot restore before the second producer came
+  REQUIRE(unlink(shm_file(ch.name()).c_str()) == 0);
+  const pid_t second = spawn([&] {
+    if (unshare(CLONE_NEWNET) != 0) {
+      st->second.store(77);
+      return 77;
+    }
+    auto p = Producer::create(ch.name(), cfg);  // the first's token is not visible here
+    st->second.store(1);
+    while (st->stop.load() == 0) {
+      if (auto l = p.loan()) {
+        l->data()[0] = std::byte{'B'};
+        p.publish(std::move(*l), 16);
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    return 0;
+  });
+  REQUIRE(eventually([&] { return st->second.load() != 0; }));
+  kill(first, SIGCONT);
+  if (st->second.load() == 77) {
+    MESSAGE("skipped: no network namespace can be made here");
+    st->stop.store(1);
+    wait_exit(second);
+    wait_exit(first);
+    return;
+  }
+  // The first notices, is refused (a live producer holds the name), reports, does not fight.
+  CHECK(eventually([&] { return st->owns.load() == 0; }, 10s));
+  const std::uint64_t before = st->published.load();
+  // Its reader stays with it (a live producer is never followed away from).
+  Tally t2 = read_until(r, true, [](const Tally& t) { return t.a >= 20; });
+  CHECK(t2.a >= 20);
+  CHECK(t2.b == 0);
+  CHECK(t2.gone == 0);
+  CHECK(st->published.load() > before);
+  st->stop.store(1);
+  CHECK(wait_exit(second) == 0);
+  CHECK(wait_exit(first) == 0);
 }
