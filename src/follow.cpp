@@ -22,6 +22,7 @@
 #include "ipcring/error.hpp"
 #include "lease/lease.hpp"
 #include "lease/name_token.hpp"
+#include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
 namespace ipcring::detail {
@@ -55,13 +56,13 @@ Result<Frame> follow_after(std::shared_ptr<ReaderCore>& core, Result<Frame> resu
   // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
   // name is looked at only once the object's producer has ended. Loads only.
   if (producer_lease_alive(c.view)) return result;
-  bool missing = false;
-  if (!name_moved(shm_path(control_object_name(c.name)), c.mapping->device(), c.mapping->inode(),
-                  missing)) {
-    return result;  // no name (yet), or still this object: a takeover may come here
-  }
   std::shared_ptr<ReaderCore> next;
   try {
+    bool missing = false;
+    if (!name_moved(shm_path(control_object_name(c.name)), c.mapping->device(), c.mapping->inode(),
+                    missing)) {
+      return result;  // no name (yet), or still this object: a takeover may come here
+    }
     ReaderOptions o = c.options;
     o.wait_for_channel = std::chrono::nanoseconds(0);
     next = attach_reader_core(c.name, o);
@@ -85,7 +86,11 @@ Result<Frame> follow_after(std::shared_ptr<ReaderCore>& core, Result<Frame> resu
       next->view.producer().instance_id.load(std::memory_order_relaxed);
   const bool moved = old_instance != 0 && old_instance == new_instance;
   if (moved) {
-    next->last_sequence = std::max(next->last_sequence, c.last_sequence);
+    // Go on from the last frame read (a sequential reader then reads what the new object
+    // published before we came, and counts what the old one published unread as overruns).
+    const std::uint64_t head =
+        LogWord::sequence(next->view.producer().head.load(std::memory_order_acquire));
+    if (c.last_sequence <= head) next->last_sequence = c.last_sequence;
     next->overruns = c.overruns;
     next->view.reader(next->index)
         .last_sequence.store(next->last_sequence, std::memory_order_relaxed);
