@@ -134,13 +134,14 @@ NameToken NameToken::claim(std::string_view channel) {
     const int err = errno;
     close(fd);
     if (err == EADDRINUSE) {
-      throw Error(Errc::producer_exists,
-                  "ipcring: channel '" + std::string(channel) +
-                      "': another live producer holds its name (its liveness token, the abstract "
-                      "unix socket @" +
-                      address +
-                      ", is bound), although the name may be missing from /dev/shm right now; "
-                      "only one producer may publish into a channel");
+      throw Error(
+          Errc::producer_exists,
+          "ipcring: channel '" + std::string(channel) +
+              "': another live producer holds its name (its liveness token, the abstract unix "
+              "socket @" +
+              address +
+              ", is bound); "
+              "only one producer may publish into a channel");
     }
     return token;  // another failure (EPERM in a sandbox): the lease alone guards the name
   }
