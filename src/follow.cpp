@@ -71,6 +71,10 @@ Result<Frame> follow_after(std::shared_ptr<ReaderCore>& core, Result<Frame> resu
     // version, every reader entry taken, a corrupt object) is reported once, as evicted, with the
     // message (naming the channel and the values) in Reader::follow_error().
     if (e.code() == Errc::not_found || e.code() == Errc::not_ready) return result;
+    if (reported_now) {  // the end of our producer first; the refusal on the next look
+      c.follow_next_ns = now;
+      return result;
+    }
     const std::string text =
         std::string("cannot follow the channel to its new object: ") + e.what();
     if (c.follow_error == text) return result;

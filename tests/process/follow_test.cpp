@@ -307,3 +307,42 @@ TEST_CASE("a producer whose name a producer it cannot see took reports it and ke
   CHECK(wait_exit(second) == 0);
   CHECK(wait_exit(first) == 0);
 }
+
+TEST_CASE("a reader that cannot follow says why, naming the channel and the values, and retries") {
+  ScopedChannel ch("follow-full");
+  Shared<Control> a;
+  ChannelConfig first{.slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 1024};
+  const pid_t pa = spawn_producer(ch.name(), first, 'A', *a);
+  Reader r = Reader::attach(ch.name(), {.wait_for_channel = 10s});
+  Tally t1 = read_until(r, false, [](const Tally& t) { return t.a >= 1; });
+  REQUIRE(t1.a >= 1);
+  a->stop.store(1);
+  CHECK(wait_exit(pa) == 0);
+  // The new channel has one reader entry, and another reader takes it first.
+  ChannelConfig second{.slots = 3, .max_readers = 1, .max_held = 1, .frame_bytes = 1024};
+  auto p = Producer::create(ch.name(), second);
+  std::optional<Reader> other;
+  other.emplace(Reader::attach(ch.name()));
+  int gone = t1.gone, evicted = 0;
+  REQUIRE(eventually([&] {
+    Result<Frame> f = r.try_read();
+    if (f.status() == Status::producer_gone) ++gone;
+    if (f.status() == Status::evicted) ++evicted;
+    return evicted > 0;
+  }));
+  const std::string why(r.follow_error());
+  CHECK(why.find(ch.name()) != std::string::npos);
+  CHECK(why.find("max_readers") != std::string::npos);
+  // Once the entry is free, the reader follows by itself.
+  other.reset();
+  bool got = false;
+  CHECK(eventually([&] {
+    if (auto l = p.loan()) p.publish(std::move(*l), 8);
+    Result<Frame> f = r.try_read();
+    if (f.status() == Status::producer_gone) ++gone;
+    got = static_cast<bool>(f);
+    return got;
+  }));
+  CHECK(gone == 1);
+  CHECK(r.max_held() == 1);
+}
