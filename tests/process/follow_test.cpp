@@ -2,13 +2,19 @@
 // and a running producer defends its name (restored after removal; a second producer refused
 // while the name is missing).
 #include <doctest/doctest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -345,4 +351,53 @@ TEST_CASE("a reader that cannot follow says why, naming the channel and the valu
   }));
   CHECK(gone == 1);
   CHECK(r.max_held() == 1);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define IPCRING_FOLLOW_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define IPCRING_FOLLOW_TEST_SANITIZED 1
+#endif
+#endif
+
+TEST_CASE("try_read on a live channel with no new frame makes no system call, probe periods too") {
+#if defined(IPCRING_FOLLOW_TEST_SANITIZED) || !defined(__x86_64__)
+  MESSAGE("skipped: sanitizer build, or not x86-64 (the filter uses x86-64 call numbers)");
+  return;
+#else
+  ScopedChannel ch("follow-nosyscall");
+  const pid_t pid = spawn([&] {
+    ChannelConfig cfg{.slots = 4, .max_readers = 1, .max_held = 1, .frame_bytes = 1024};
+    auto p = Producer::create(ch.name(), cfg);
+    auto r = Reader::attach(ch.name(), {.producer_probe = 1ms});
+    // Kills the process on any system call but exit, exit_group and clock_gettime (the vDSO's).
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clock_gettime, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return 77;
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return 77;
+    // Many probe periods (1 ms each) of no_frame: the follow check runs, and makes no call.
+    const auto end = std::chrono::steady_clock::now() + 50ms;
+    std::uint64_t calls = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      if (r.try_read().status() != Status::no_frame) _exit(10);
+      ++calls;
+    }
+    _exit(calls > 0 ? 0 : 11);
+  });
+  const int code = wait_exit(pid);
+  if (code == 77) {
+    MESSAGE("skipped: seccomp is not available here");
+    return;
+  }
+  CHECK_MESSAGE(code == 0, "child ended with ", code,
+                code == 128 + SIGSYS ? " (killed by seccomp: a system call in try_read)" : "");
+#endif
 }
