@@ -22,8 +22,8 @@ class ProducerCore;
 //
 // Takeover: when the channel exists and its previous producer is dead, create() takes it over
 // automatically and starts a new epoch; attached readers keep their leases and read on. A live
-// producer makes create() throw Errc::producer_exists naming its pid, also while its object's name
-// is missing from /dev/shm (its liveness token, an abstract unix socket, says it lives).
+// producer makes create() throw Errc::producer_exists naming its pid, and also while its object's
+// name is missing from /dev/shm (then naming its liveness token, an abstract unix socket).
 //
 // Destruction (a clean exit) marks the channel closed, wakes the readers (they get
 // Status::producer_gone) and unlinks the channel's shared-memory objects; processes that still
