@@ -7,10 +7,12 @@
 #include <string>
 
 #include "backend/pool.hpp"
+#include "follow.hpp"
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
 #include "lease/lease.hpp"
+#include "lease/name_token.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
@@ -51,6 +53,15 @@ class ProducerCore {
   std::uint32_t newest_slot = UINT32_MAX;  // slot of the newest published frame
   bool loan_out = false;
   bool holds_lease = false;
+  // Name defence (follow.hpp): the liveness token, the watcher's view of the name, and what
+  // defend_name found.
+  NameToken token;
+  std::shared_ptr<NameWatch> watch;
+  std::uint64_t next_defend_ns = 0;
+  std::uint64_t name_restores = 0;
+  std::uint32_t name_refusals = 0;  // consecutive restores refused by a live producer
+  bool name_taken = false;
+  std::string name_problem;
 
  private:
   std::uint32_t find_free(bool allow_newest, std::uint64_t* observed = nullptr) noexcept;
@@ -87,6 +98,8 @@ class ReaderCore {
   std::uint64_t fork_gen = 0;
   std::atomic<std::uint32_t> held{0};
   bool holds_lease = false;
+  std::uint64_t follow_next_ns = 0;  // follow.hpp: next look at the name
+  std::string follow_error;          // why following the name failed (empty: it did not)
 
  private:
   static void read_frame_header(const SegmentView& view, std::uint32_t slot, std::uint64_t sequence,

@@ -316,8 +316,11 @@ Producer::Producer(Producer&&) noexcept = default;
 Producer& Producer::operator=(Producer&&) noexcept = default;
 Producer::~Producer() = default;
 
-Producer Producer::create(std::string_view name, const ChannelConfig& config) {
-  using namespace detail;
+namespace detail {
+
+std::shared_ptr<ProducerCore> create_producer_core(std::string_view name,
+                                                   const ChannelConfig& config, NameToken& token,
+                                                   std::uint64_t instance_id) {
   validate_name(name);
   check_config(name, config);
   self_test_robust_mutexes();
@@ -329,7 +332,7 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
   auto core = std::make_shared<ProducerCore>();
   core->name = std::string(name);
   core->config = config;
-  core->instance_id = random_instance_id();
+  core->instance_id = instance_id != 0 ? instance_id : random_instance_id();
   core->fork_gen = fork_generation();
   core->reap_period_ns = static_cast<std::uint64_t>(config.reap_period.count());
 
@@ -369,7 +372,8 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
         fault_point("create.published");
         if (link_segment(*mapping, name)) {
           core->last_reap_ns = monotonic_ns();
-          return Producer(std::move(core));
+          core->token = std::move(token);
+          return core;
         }
       } catch (...) {
         core->pool.reset();
@@ -477,16 +481,41 @@ Producer Producer::create(std::string_view name, const ChannelConfig& config) {
     core->readers_reaped += n;
     if (n != 0) p.readers_reaped.fetch_add(n, std::memory_order_relaxed);
     core->last_reap_ns = monotonic_ns();
-    return Producer(std::move(core));
+    core->token = std::move(token);
+    return core;
   }
   throw Error(Errc::system_error, ch + "could not create or take over the channel: its "
                                        "segment kept changing under us");
 }
 
+}  // namespace detail
+
+Producer Producer::create(std::string_view name, const ChannelConfig& config) {
+  using namespace detail;
+  NameToken none;
+  std::shared_ptr<ProducerCore> core = create_producer_core(name, config, none, 0);
+  // The name is ours (a new object linked under it, or a dead producer's taken over): now its
+  // liveness token (follow.hpp), which is bound while another producer lives whose object's name
+  // was removed under it. Claimed after the name, so that a creator stalled half-way holds nothing
+  // a second creator could stumble on; refused, we close at once, which removes the name again.
+  try {
+    core->token = NameToken::claim(name);
+  } catch (const Error& e) {
+    core.reset();
+    throw Error(e.code(), std::string(e.what()) +
+                              " (its object's name was removed under it; it restores the name "
+                              "within its reap period)");
+  }
+  watch_name(*core);
+  return Producer(std::move(core));
+}
+
 Result<Loan> Producer::loan() noexcept {
+  detail::defend_name(core_);
   return core_->loan(core_);
 }
 Result<Loan> Producer::loan(CudaStream stream) noexcept {
+  detail::defend_name(core_);
   return core_->loan(core_, stream);
 }
 
@@ -499,6 +528,7 @@ Result<Loan> Producer::loan(std::chrono::nanoseconds timeout, CudaStream stream)
       detail::monotonic_ns() +
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
+    detail::defend_name(core_);
     Result<Loan> r = core_->loan(core_, stream);
     if (r || r.status() != Status::no_free_slot) return r;
     if (detail::monotonic_ns() >= deadline) return Status::timeout;
@@ -532,6 +562,12 @@ std::uint64_t Producer::epoch() const noexcept {
 }
 const ChannelConfig& Producer::config() const noexcept {
   return core_->config;
+}
+bool Producer::owns_name() const noexcept {
+  return !core_->watch || !core_->watch->changed.load(std::memory_order_relaxed);
+}
+std::uint64_t Producer::name_restores() const noexcept {
+  return core_->name_restores;
 }
 
 // ---- Loan ----------------------------------------------------------------------------------

@@ -358,14 +358,20 @@ Reader attach_waiting(std::string_view name, ReaderOptions options) {
 }  // namespace
 
 Reader Reader::attach(std::string_view name, ReaderOptions options) {
-  using namespace detail;
+  return Reader(detail::attach_reader_core(name, options));
+}
+
+namespace detail {
+
+std::shared_ptr<ReaderCore> attach_reader_core(std::string_view name,
+                                               const ReaderOptions& options) {
   validate_name(name);
   if (options.wait_for_channel.count() < 0) {
     throw Error(Errc::invalid_argument, channel_prefix(name) + "wait_for_channel is negative (" +
                                             std::to_string(options.wait_for_channel.count()) +
                                             " ns)");
   }
-  if (options.wait_for_channel.count() > 0) return attach_waiting(name, options);
+  if (options.wait_for_channel.count() > 0) return attach_waiting(name, options).core_;
   if (options.policy != ReadPolicy::latest && options.policy != ReadPolicy::sequential) {
     throw Error(Errc::invalid_argument, channel_prefix(name) + "unknown read policy " +
                                             std::to_string(static_cast<unsigned>(options.policy)));
@@ -411,14 +417,22 @@ Reader Reader::attach(std::string_view name, ReaderOptions options) {
   const std::uint64_t head = LogWord::sequence(p.head.load(std::memory_order_acquire));
   core->last_sequence = head > 0 ? head - 1 : 0;
   view.reader(core->index).last_sequence.store(core->last_sequence, std::memory_order_relaxed);
-  return Reader(std::move(core));
+  return core;
 }
 
+}  // namespace detail
+
 Result<Frame> Reader::try_read() noexcept {
-  return core_->try_read(core_);
+  Result<Frame> r = core_->try_read(core_);
+  if (r || (r.status() != Status::no_frame && r.status() != Status::producer_gone)) return r;
+  return detail::follow_after(core_, std::move(r));  // follow.hpp: rate-limited, loads only
 }
 Result<Frame> Reader::read(std::chrono::nanoseconds timeout) noexcept {
-  return core_->read(core_, static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count())));
+  return detail::read_following(
+      core_, static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count())));
+}
+std::string_view Reader::follow_error() const noexcept {
+  return core_->follow_error;
 }
 std::uint32_t Reader::index() const noexcept {
   return core_->index;

@@ -1,5 +1,6 @@
 // ringsub — reads frames and verifies their sequence-derived payload when it gets a frame and
-// again just before releasing it, so an overwrite of a held frame is caught.
+// again just before releasing it, so an overwrite of a held frame is caught. It reads on across
+// producer restarts (the reader follows the channel by name) until --count or --duration.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -12,13 +13,6 @@
 #include "signals.hpp"
 
 using namespace std::chrono;
-
-namespace {
-bool channel_listed(const std::string& name) {
-  const auto names = ipcring::list_channels();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-}  // namespace
 
 namespace {
 int run(int argc, char** argv) {
@@ -82,12 +76,18 @@ int run(int argc, char** argv) {
       const auto st = f.status();
       if (st == ipcring::Status::timeout || st == ipcring::Status::no_frame) continue;
       if (st == ipcring::Status::producer_gone) {
+        // The producer ended (closed, or died). The reader follows the channel by name: a
+        // takeover, a restart or a re-created channel's frames come next, so read on until
+        // --count or --duration. A new producer's sequence numbers start again.
         ++gone;
-        // A closed channel (removed by its producer) ends the run; a crashed producer's channel
-        // stays, and a new producer may take it over: keep reading.
-        if (!channel_listed(name)) break;
-        std::this_thread::sleep_for(milliseconds(20));
+        last_seq = 0;
         continue;
+      }
+      if (st == ipcring::Status::evicted && !reader->follow_error().empty()) {
+        std::fprintf(stderr, "ringsub %s: %.*s\n", name.c_str(),
+                     static_cast<int>(reader->follow_error().size()),
+                     reader->follow_error().data());
+        continue;  // it looks again every producer probe period
       }
       std::fprintf(stderr, "ringsub %s: read failed: %s\n", name.c_str(), ipcring::to_string(st));
       break;

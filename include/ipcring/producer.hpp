@@ -22,7 +22,8 @@ class ProducerCore;
 //
 // Takeover: when the channel exists and its previous producer is dead, create() takes it over
 // automatically and starts a new epoch; attached readers keep their leases and read on. A live
-// producer makes create() throw Errc::producer_exists naming its pid.
+// producer makes create() throw Errc::producer_exists naming its pid, and also while its object's
+// name is missing from /dev/shm (then naming its liveness token, an abstract unix socket).
 //
 // Destruction (a clean exit) marks the channel closed, wakes the readers (they get
 // Status::producer_gone) and unlinks the channel's shared-memory objects; processes that still
@@ -67,8 +68,18 @@ class Producer {
   std::size_t reap_dead_readers() noexcept;
 
   std::string_view name() const noexcept;
-  std::uint64_t epoch() const noexcept;
+  std::uint64_t epoch() const noexcept;  // of the object it publishes into (1 after a restore)
   const ChannelConfig& config() const noexcept;
+
+  // Name defence (docs/operations.md, "When the channel's object is removed"): a watcher thread
+  // checks once per reap period that /dev/shm/ipcring.<name> is still this producer's object.
+  // When it is not, the next loan restores the name: the producer moves to a fresh object under
+  // it (same configuration, instance id and sequence numbers; readers follow without a
+  // producer_gone). owns_name() is false from the watcher's finding until that restore, and for
+  // good when another live producer holds the name (reported once on stderr: that producer could
+  // not see this one's liveness token; this one keeps publishing to its attached readers).
+  bool owns_name() const noexcept;
+  std::uint64_t name_restores() const noexcept;  // how many times the name was restored
 
  private:
   explicit Producer(std::shared_ptr<detail::ProducerCore> core) noexcept;

@@ -14,7 +14,8 @@ namespace ipcring {
 
 namespace detail {
 class ReaderCore;
-}
+std::shared_ptr<ReaderCore> attach_reader_core(std::string_view name, const ReaderOptions& options);
+}  // namespace detail
 
 // Reader: takes one entry of the channel's reader table (a lease held by a library thread, so it
 // survives the thread that called attach) and reads frames. Move-only. One Reader must be used by
@@ -35,6 +36,13 @@ class Reader {
   // Status::max_held when this reader already holds max_held frames; Status::producer_gone once
   // per producer epoch that ended (the producer closed, or a new producer took over);
   // Status::evicted when this reader's lease was taken away (it must attach again).
+  //
+  // Following the name: when the producer has ended (closed, or died) and the channel's name now
+  // refers to a new object (a clean restart, or a removal and re-creation), the reader attaches to
+  // it by itself: producer_gone is reported once for the ended producer, then the new producer's
+  // frames are returned (their geometry may differ: frame_bytes() and max_held() follow). Frames
+  // still held stay valid until released. The name is looked at only while no new frame comes
+  // and the producer looks gone, at most once per options.producer_probe.
   Result<Frame> try_read() noexcept;
   // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
   // Status::timeout when `timeout` runs out. Status::producer_gone when the producer is found dead
@@ -51,9 +59,14 @@ class Reader {
   std::size_t frame_bytes() const noexcept;
   std::uint32_t max_held() const noexcept;
   Backend backend() const noexcept;  // where the channel's frames live
+  // Why following the channel to a new object failed (empty when it did not): the reader then
+  // got Status::evicted once and stays on the ended channel, looking again every producer_probe.
+  std::string_view follow_error() const noexcept;
 
  private:
   explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;
+  friend std::shared_ptr<detail::ReaderCore> detail::attach_reader_core(std::string_view,
+                                                                        const ReaderOptions&);
   std::shared_ptr<detail::ReaderCore> core_;
 };
 
