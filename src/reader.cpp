@@ -103,8 +103,9 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
   Slot& slot = view.slot(i);
   std::uint64_t generation = 0;
   // Host frames: start fetching the payload's first line now, so that its transfer overlaps the
-  // claim's instead of following it (a prefetch is a hint: it reads nothing, faults on nothing,
-  // and a failed claim only wasted it). Not for CUDA: buffer() may import a handle there.
+  // claim's instead of following it (a prefetch is a hint, not an access: it loads no value,
+  // cannot fault, and a failed claim only wasted it). Not for CUDA: buffer() may import a handle
+  // there, and the bytes are device memory.
   if (view.geo.backend != 2) __builtin_prefetch(pool->buffer(i, epoch, 0));
   const ClaimResult c = claim_for_read(slot, bit, generation);  // (R3)
   if (c != ClaimResult::claimed) return Status::no_frame;
