@@ -241,8 +241,14 @@ std::uint64_t ProducerCore::publish(Loan& l, std::size_t bytes, CudaStream strea
   const std::uint64_t now = monotonic_ns();
   slot.timestamp_ns.store(now, std::memory_order_relaxed);
   slot.buffer_index.store(i, std::memory_order_relaxed);
-  // The frame header names the publication it belongs to; readers take it only on a match.
-  view.frame_header(i).sequence.store(seq, std::memory_order_relaxed);
+  // The frame header names the publication it belongs to; readers take it only on a match, and
+  // read its line only if the descriptor says it was written (our own recent stores: no transfer).
+  FrameHeader& fh = view.frame_header(i);
+  const bool header = fh.capture_time_ns.load(std::memory_order_relaxed) != 0 ||
+                      fh.tensor_word.load(std::memory_order_relaxed) != 0 ||
+                      fh.metadata_bytes.load(std::memory_order_relaxed) != 0;
+  slot.flags.store(header ? DescriptorFlags::kHeader : 0, std::memory_order_relaxed);
+  fh.sequence.store(seq, std::memory_order_relaxed);
   publish_slot(slot);  // (P2) release, pairs with (R3)
   ProducerBlock& p = view.producer();
   // (P3) release, pairs with (R2): a reader that finds this log entry finds the slot published.

@@ -102,6 +102,11 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
   if (i >= view.geo.slots) return Status::no_frame;  // corrupt entry: never index with it
   Slot& slot = view.slot(i);
   std::uint64_t generation = 0;
+  // Host frames: start fetching the payload's first line now, so that its transfer overlaps the
+  // claim's instead of following it (a prefetch is a hint, not an access: it loads no value,
+  // cannot fault, and a failed claim only wasted it). Not for CUDA: buffer() may import a handle
+  // there, and the bytes are device memory.
+  if (view.geo.backend != 2) __builtin_prefetch(pool->buffer(i, epoch, 0));
   const ClaimResult c = claim_for_read(slot, bit, generation);  // (R3)
   if (c != ClaimResult::claimed) return Status::no_frame;
   // The claim synchronised with the publication (P2) of generation `generation`: relaxed loads
@@ -111,6 +116,7 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
   const std::uint64_t frame_epoch = slot.epoch.load(std::memory_order_relaxed);
   const std::uint64_t bytes = slot.bytes.load(std::memory_order_relaxed);
   const std::uint32_t buffer = slot.buffer_index.load(std::memory_order_relaxed);
+  const std::uint32_t flags = slot.flags.load(std::memory_order_relaxed);
   if (seq != target || frame_epoch != epoch || bytes > view.geo.frame_bytes || buffer != i) {
     release_read(slot, bit, generation);  // (R5)
     return Status::no_frame;
@@ -139,7 +145,9 @@ Result<Frame> ReaderCore::claim(const std::shared_ptr<ReaderCore>& self, std::ui
   f.timestamp_ns_ = slot.timestamp_ns.load(std::memory_order_relaxed);
   f.generation_ = generation;
   f.slot_ = i;
-  read_frame_header(view, i, seq, f);
+  // The frame header's line only when the producer wrote one for this frame: a plain frame
+  // (no capture time, tensor or metadata) costs no transfer for it.
+  if ((flags & DescriptorFlags::kHeader) != 0) read_frame_header(view, i, seq, f);
   return Result<Frame>(std::move(f));
 }
 

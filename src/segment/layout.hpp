@@ -23,7 +23,7 @@
 //   +-------------------------+ 512 + 512
 //   | ReaderEntry[max_readers]|  one lease (robust mutex) + identity + telemetry per reader
 //   +-------------------------+ reader_table_offset + max_readers * 1024
-//   | Slot[slots]             |  per slot: state word (own line), descriptor (own lines)
+//   | Slot[slots]             |  per slot: state word and descriptor (one line), a free line
 //   +-------------------------+ slot_table_offset + slots * 256
 //   | LogEntry[log_size]      |  publication log: sequence -> slot, log_size a power of two
 //   +-------------------------+ log_offset + log_size * 8, rounded up to 128
@@ -58,7 +58,7 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 4;              // 2: head carries (sequence, slot)
+inline constexpr std::uint32_t kLayoutVersion = 5;              // 2: head carries (sequence, slot)
 // 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
 //    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness");
 //    or (a parallel line of development) per-slot frame headers and the reader delay histogram;
@@ -66,6 +66,9 @@ inline constexpr std::uint32_t kLayoutVersion = 4;              // 2: head carri
 // 4: all of the above: one object per channel whose control segment ends with the per-slot frame
 //    headers (tensor, capture time, metadata of metadata_bytes); reader delay histogram; CUDA
 //    release fence words.
+// 5: the descriptor shares the slot state word's line, with a flags word that says whether the
+//    frame header was written (readers skip its line when not): a reader's claim CAS brings the
+//    descriptor with it.
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -276,18 +279,30 @@ struct DelayBucket {
   }
 };
 
-// One slot: its state word alone on a line (readers CAS it), then the descriptor.
+// One slot: the state word and the descriptor on one line. A reader's claim (R3) must fetch the
+// state word's line from the producer's core anyway; the descriptor it reads next (R4) comes with
+// it, instead of costing a transfer of its own. The descriptor is written only by the producer
+// while the slot is WRITING, when readers do not CAS the word (a W word is never claimed), and the
+// producer's claim (P1) owns the line by then, so its stores need no further transfer either.
+// Line 1 is unused (neighbouring slots' hot lines stay 256 bytes apart, as in layout 4).
 struct alignas(kLine) Slot {
   std::atomic<std::uint64_t> state;  // SlotWord
-  alignas(kLine)
-      // Descriptor: written by the producer while the slot is WRITING.
-      std::atomic<std::uint64_t> sequence;  // 0 = never published
+  // Descriptor: written by the producer while the slot is WRITING.
+  std::atomic<std::uint64_t> sequence;  // 0 = never published
   std::atomic<std::uint64_t> epoch;
   std::atomic<std::uint64_t> bytes;
   std::atomic<std::uint64_t> timestamp_ns;  // CLOCK_MONOTONIC at publish
   std::atomic<std::uint32_t> buffer_index;
-  std::uint32_t reserved1;  // the metadata size in layout 2 (now in the FrameHeader)
+  // DescriptorFlags: whether the frame header has anything to read (readers skip its line if not).
+  std::atomic<std::uint32_t> flags;
   std::atomic<std::uint64_t> reserved0;
+  alignas(kLine) std::uint64_t reserved1;  // line 1: unused
+};
+
+struct DescriptorFlags {
+  // The frame header was written for this publication (capture time, tensor or metadata set).
+  // Clear: the frame has none of them, and readers do not touch the frame header's line.
+  static constexpr std::uint32_t kHeader = 1U << 0;
 };
 
 // Frame header: what a frame is, beside the slot's hot lines. Written by the producer while the
@@ -375,8 +390,10 @@ static_assert(offsetof(ReaderEntry, hold_histogram) == 2 * kLine);
 static_assert(offsetof(ReaderEntry, delay_histogram) == 4 * kLine);
 static_assert(sizeof(ReaderEntry) == 1024);
 static_assert(sizeof(Slot) == 256);
-static_assert(offsetof(Slot, sequence) == kLine);
-static_assert(offsetof(Slot, reserved0) == kLine + 40);
+static_assert(offsetof(Slot, sequence) == 8);
+static_assert(offsetof(Slot, flags) == 44);
+static_assert(offsetof(Slot, reserved0) == 48);
+static_assert(offsetof(Slot, reserved1) == kLine);
 static_assert(sizeof(FrameHeader) == 256);
 static_assert(offsetof(FrameHeader, metadata_bytes) == 32);
 static_assert(offsetof(FrameHeader, shape) == 64);

@@ -12,6 +12,8 @@
 // element of small tensors with strides computed here, independently of tensor_span — and its
 // metadata lies inside the slot's metadata area (the segment is allocated to its exact size, so
 // ASan reports any byte read beyond it).
+// The descriptor's flags word, which says whether the reader reads the frame header, is hostile
+// too (op 6); well-formed publications (op 12) and op 21 set it.
 //
 // Input: byte 0 = slots - 1 (mod 16), byte 1 = flags (bit 0 sequential policy, bit 1 max_held 2),
 // then 10-byte operations [op][index][8-byte little-endian value]; op % 24 selects the operation.
@@ -207,8 +209,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 5:
         slot.bytes.store(v);
         break;
-      case 6:
+      case 6:  // and the descriptor's flags word (whether the frame header is read)
         slot.buffer_index.store(static_cast<std::uint32_t>(v));
+        slot.flags.store(static_cast<std::uint32_t>(v >> 32));
         break;
       case 7:  // the publish time the reader's delay histogram is measured from
         slot.timestamp_ns.store(v);
@@ -233,6 +236,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         slot.epoch.store(LeaseWord::generation(p.lease_word.load()));
         slot.bytes.store((v >> 16) % (kFrameBytes + 1));
         slot.buffer_index.store(index % slots);
+        slot.flags.store(DescriptorFlags::kHeader);  // the header below is this frame's
         fh.sequence.store(seq);
         fh.metadata_bytes.store(static_cast<std::uint32_t>((v >> 40) % (kFuzzMetadataBytes + 1)));
         slot.state.store(SlotWord::make(SlotWord::generation(w) + 1, false, 0));
@@ -270,6 +274,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case 21:  // attach the header to the slot's current publication
         fh.sequence.store(slot.sequence.load());
+        slot.flags.store(DescriptorFlags::kHeader);
         break;
       case 22:  // small dimensions, so that tensors validate and get visited
         fh.shape[(v >> 8) % kMaxTensorDims].store(static_cast<std::int8_t>(v & 0xff));

@@ -68,6 +68,13 @@ class SegmentScribbler {
     return *reinterpret_cast<detail::FrameHeader*>(seg + h.frame_header_offset +
                                                    slot * h.frame_header_stride);
   }
+  detail::Slot& slot(std::uint32_t i) const {
+    auto* seg = static_cast<unsigned char*>(base_);
+    const auto& h = *reinterpret_cast<const detail::SegmentHeader*>(seg);
+    // The slot table ends where the publication log begins.
+    return reinterpret_cast<detail::Slot*>(seg +
+                                           h.log_offset)[static_cast<std::ptrdiff_t>(i) - h.slots];
+  }
 
  private:
   int fd_ = -1;
@@ -361,4 +368,48 @@ TEST_CASE("a copy-on-write reader may write into a frame: its own copy, discarde
   CHECK(f->data()[0] == std::byte{2});  // not the private copy of the previous frame
   CHECK(f->data()[5000] == std::byte{2});
   CHECK(f->data()[8191] == std::byte{2});
+}
+
+TEST_CASE("the descriptor says whether a frame has a header; a plain frame's header is not read") {
+  ScopedChannel ch("headerflag");
+  auto p = Producer::create(ch, config(4096, 64));
+  auto r = Reader::attach(ch);
+  SegmentScribbler seg(ch.name());
+  // Each of capture time, tensor and metadata alone marks the header in the descriptor, and
+  // arrives with the frame.
+  for (int what = 0; what < 3; ++what) {
+    CAPTURE(what);
+    auto loan = p.loan();
+    REQUIRE(loan);
+    if (what == 0) loan->set_capture_time_ns(1234);
+    if (what == 1) REQUIRE(loan->set_tensor(TensorDesc::contiguous(DType::uint, 8, {16})));
+    if (what == 2) REQUIRE(loan->set_metadata(std::as_bytes(std::span("xy", 2))));
+    const std::uint32_t slot = loan->slot();
+    p.publish(std::move(*loan), 4096);
+    CHECK(seg.slot(slot).flags.load() == detail::DescriptorFlags::kHeader);
+    auto f = r.try_read();
+    REQUIRE(f);
+    CHECK(f->capture_time_ns() == (what == 0 ? 1234U : 0U));
+    CHECK(f->tensor().has_value() == (what == 1));
+    CHECK(f->metadata().size() == (what == 2 ? 2U : 0U));
+  }
+  // A plain frame: flags clear. A header scribbled for it afterwards (its sequence, a capture
+  // time, a valid tensor) is not attributed to it: the reader does not read the header's line.
+  auto loan = p.loan();
+  REQUIRE(loan);
+  const std::uint32_t slot = loan->slot();
+  const std::uint64_t seq = p.publish(std::move(*loan), 4096);
+  CHECK(seg.slot(slot).flags.load() == 0);
+  auto& fh = seg.frame_header(slot);
+  fh.capture_time_ns.store(99);
+  fh.tensor_word.store(detail::TensorWord::make(1, 8, 1));
+  fh.shape[0].store(16);
+  fh.sequence.store(seq);
+  auto f = r.try_read();
+  REQUIRE(f);
+  CHECK(f->sequence() == seq);
+  CHECK(f->capture_time_ns() == 0);
+  CHECK_FALSE(f->tensor());
+  CHECK_FALSE(f->tensor_invalid());
+  CHECK(f->metadata().empty());
 }
