@@ -16,6 +16,7 @@ mkdir -p "$out/inc"
 ln -s /usr/include/boost "$out/inc/boost"
 ln -s /usr/include/doctest "$out/inc/doctest"
 sources=(src/errors.cpp src/producer.cpp src/reader.cpp src/inspect.cpp src/tensor.cpp src/segment/segment.cpp
+         src/common/process.cpp src/ring/writer.cpp src/ring/cursor.cpp
          src/lease/lease.cpp src/wait/futex.cpp src/backend/host/host_pool.cpp
          src/backend/cuda/cuda_unavailable.cpp tests/unit/main.cpp tests/unit/ring_test.cpp
          tests/unit/layout_test.cpp)

@@ -109,7 +109,7 @@ Snapshot snapshot_view(const SegmentView& view, std::string_view name, std::uint
   Snapshot s;
   s.name = std::string(name);
   s.layout_version = kLayoutVersion;  // validated equal to the segment's
-  s.backend = g.backend == 2 ? Backend::cuda : Backend::host;
+  s.backend = g.backend == kBackendCuda ? Backend::cuda : Backend::host;
   s.slots = g.slots;
   s.max_readers = g.max_readers;
   s.max_held = g.max_held;

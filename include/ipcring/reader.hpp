@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
+#include <memory>  // kept for code that relied on it
 #include <string_view>
 
 #include "ipcring/config.hpp"
@@ -35,13 +35,13 @@ class Reader {
   // Status::max_held when this reader already holds max_held frames; Status::producer_gone once
   // per producer epoch that ended (the producer closed, or a new producer took over);
   // Status::evicted when this reader's lease was taken away (it must attach again).
-  Result<Frame> try_read() noexcept;
+  [[nodiscard]] Result<Frame> try_read() noexcept;
   // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
   // Status::timeout when `timeout` runs out. Status::producer_gone when the producer is found dead
   // or closed while waiting (probed every options.producer_probe) — once per epoch, like
   // try_read(): later calls wait for a new producer to take over (its epoch change is reported as
   // producer_gone too, then its frames are returned).
-  Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
+  [[nodiscard]] Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
 
   std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
   std::uint32_t held() const noexcept;      // frames currently held
@@ -53,8 +53,10 @@ class Reader {
   Backend backend() const noexcept;  // where the channel's frames live
 
  private:
-  explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;
-  std::shared_ptr<detail::ReaderCore> core_;
+  explicit Reader(detail::ReaderCore* core) noexcept;
+  // Shared with the Frames it returned (counted in the core, no shared_ptr): the core ends with
+  // the last of them.
+  detail::ReaderCore* core_ = nullptr;
 };
 
 }  // namespace ipcring
