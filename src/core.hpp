@@ -146,4 +146,9 @@ class ReaderCore {
   ReaderCore* next_retired_ = nullptr;  // the Retirer's list
 };
 
+// Waits (bounded: 2 s) until the readers of this process whose last frame was released so far
+// are detached, so that a snapshot taken after the release sees their entries free, as program
+// order suggests (inspect() calls it first). Slow path; returns at once when nothing is pending.
+void finish_retired_readers() noexcept;
+
 }  // namespace ipcring::detail

@@ -328,6 +328,7 @@ std::uint64_t delay_quantile_ns(const std::vector<std::uint64_t>& histogram, dou
 
 Snapshot inspect(std::string_view name) {
   using namespace detail;
+  finish_retired_readers();  // this process's readers whose last frame was just released
   OpenedSegment opened = open_segment(name);
   return snapshot_view(opened.mapping->view, name, opened.owner_uid, opened.mode);
 }

@@ -50,8 +50,9 @@ class Retirer {
     if (started_gen_.load(std::memory_order_acquire) == gen + 1) return;
     const std::lock_guard lock(start_mutex_);
     if (started_gen_.load(std::memory_order_relaxed) == gen + 1) return;
-    head_.store(nullptr,
-                std::memory_order_relaxed);  // a fork child: the parent's queue is not ours
+    // A fork child: the parent's queue and its counts are not ours.
+    head_.store(nullptr, std::memory_order_relaxed);
+    ended_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
     std::thread([this] { run(); }).detach();
     started_gen_.store(gen + 1, std::memory_order_release);
   }
@@ -65,6 +66,20 @@ class Retirer {
     pushed_.fetch_add(1, std::memory_order_release);
     futex_wake_all(pushed_);
   }
+  // Waits (at most `timeout_ns`) until every core pushed before the call is ended.
+  void drain(std::uint64_t timeout_ns) noexcept {
+    // No thread in this process (nothing attached here since fork): nothing of ours is pending.
+    if (started_gen_.load(std::memory_order_acquire) != fork_generation() + 1) return;
+    const std::uint32_t target = pushed_.load(std::memory_order_acquire);
+    const std::uint64_t deadline = monotonic_ns() + timeout_ns;
+    for (;;) {
+      const std::uint32_t done = ended_.load(std::memory_order_acquire);
+      if (static_cast<std::int32_t>(done - target) >= 0) return;  // wrap-safe
+      const std::uint64_t now = monotonic_ns();
+      if (now >= deadline) return;
+      futex_wait(ended_, done, deadline - now);
+    }
+  }
 
  private:
   Retirer() = default;
@@ -72,10 +87,16 @@ class Retirer {
     for (;;) {
       const std::uint32_t seen = pushed_.load(std::memory_order_acquire);
       ReaderCore* list = head_.exchange(nullptr, std::memory_order_acquire);
+      std::uint32_t n = 0;
       while (list != nullptr) {
         ReaderCore* next = list->next_retired_;
         delete list;
         list = next;
+        ++n;
+      }
+      if (n != 0) {
+        ended_.fetch_add(n, std::memory_order_release);
+        futex_wake_all(ended_);
       }
       if (head_.load(std::memory_order_acquire) == nullptr) {
         futex_wait(pushed_, seen, 1'000'000'000);  // woken by push; the timeout is a safety net
@@ -83,10 +104,15 @@ class Retirer {
     }
   }
   std::atomic<ReaderCore*> head_{nullptr};
-  std::atomic<std::uint32_t> pushed_{0};
+  std::atomic<std::uint32_t> pushed_{0};       // cores pushed so far (a futex word)
+  std::atomic<std::uint32_t> ended_{0};        // cores ended so far (a futex word)
   std::atomic<std::uint64_t> started_gen_{0};  // fork_generation() + 1 of the running thread
   std::mutex start_mutex_;
 };
+
+void finish_retired_readers() noexcept {
+  Retirer::instance().drain(2'000'000'000);
+}
 
 // ---- ReaderCore --------------------------------------------------------------------------------
 
@@ -103,7 +129,6 @@ ReaderCore::ReaderCore(std::string_view name, const ReaderOptions& options,
 
 ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& options,
                                const OpenedSegment& opened) {
-  Retirer::instance().start();
   std::unique_ptr<ReaderCore> core(new ReaderCore(name, options, opened));
   const SegmentView& view = core->view_;
   {
@@ -120,6 +145,9 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
     core->cursor_.entry_generation = taken->generation;
     core->pool_->attached(taken->index);
   }
+  // After take_reader_entry, whose lease keeper thread this process may have started just now:
+  // thread creation order (and with it the keeper's thread id) stays as it was.
+  Retirer::instance().start();
   if (!core->holds_lease_) {
     std::string pids;
     for (std::uint32_t i = 0; i < view.geo.max_readers && i < 8; ++i) {

@@ -103,7 +103,7 @@ class Loan {
 // release() (or the destructor) gives it back; release is idempotent. A Frame may be released from
 // any thread, and may outlive the Reader object that read it (the reader entry stays leased until
 // its last frame is released; that release only hands the detach to a library thread, so release
-// stays cheap and never locks).
+// stays cheap and never locks; inspect() in this process waits for it).
 class Frame {
  public:
   Frame() = default;
