@@ -1,4 +1,5 @@
-// producer.cpp — Producer: create or take over a channel, loan, publish, reap, close.
+// producer.cpp — Producer: create or take over a channel, loan, publish, reap, close. The ring
+// algorithms it runs are src/ring/writer.hpp's; this file is the objects' lifetime.
 //
 // Concurrency: a Producer is used by one thread at a time. It shares the segment with readers in
 // other processes through the atomics of ring.hpp (P1-P6) and the leases of lease.hpp. The
@@ -14,7 +15,6 @@
 #include <thread>
 #include <utility>
 
-#include "backend/cuda/cuda_fence.hpp"
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
 #include "common/process.hpp"

@@ -1,16 +1,16 @@
 // reader.cpp — Reader: attach (take a lease), read frames (latest or sequential), release, wait.
 //
+// The ring algorithms it runs are src/ring/cursor.hpp's; this file is the objects' lifetime.
 // Concurrency: a Reader is used by one thread at a time; Frames may be released from any thread
 // (release touches only the slot word, an atomic counter and telemetry counters). The reader's
 // lease (its entry's robust mutex) is held by this process's lease keeper thread from attach until
-// the ReaderCore is destroyed, which happens when the Reader and every Frame it returned are gone.
+// the ReaderCore is destroyed, which happens when the Reader and every Frame it returned are gone
+// (src/core.hpp, "Lifetime").
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -22,7 +22,6 @@
 #include "ipcring/inspect.hpp"
 #include "ipcring/reader.hpp"
 #include "lease/lease.hpp"
-#include "ring/ring.hpp"
 #include "wait/futex.hpp"
 
 namespace ipcring {

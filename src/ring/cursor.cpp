@@ -102,7 +102,6 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
     return Status::backend_error;
   }
   lost = false;
-  f = FrameFields{};
   f.data = data;
   f.size = bytes;
   f.sequence = seq;

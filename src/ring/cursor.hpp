@@ -49,14 +49,16 @@ bool reader_evicted(const SegmentView& view, const CursorState& state) noexcept;
 void read_frame_header(const SegmentView& view, std::uint32_t i, std::uint64_t seq,
                        FrameFields& f) noexcept;
 
-// Claims the frame of sequence `target` (found in `head` or the log) and fills `f`. Status::ok,
-// or no_frame with lost = true (the frame is gone: overwritten, being rewritten, of another epoch)
-// or backend_error with lost = false (the pool could not map the buffer).
+// Claims the frame of sequence `target` (found in `head` or the log) and fills `f`, which must be
+// default-initialised (a failed claim writes nothing into it: several may precede one success).
+// Status::ok, or no_frame with lost = true (the frame is gone: overwritten, being rewritten, of
+// another epoch), or backend_error with lost = false (the pool could not map the buffer).
 Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState& state,
                    std::uint64_t target, std::uint64_t head, bool& lost, FrameFields& f) noexcept;
 
 // try_read's work: the epoch and close reporting, max_held, then the policy's walk. On Status::ok
-// `f` is a claimed frame and `held` was incremented; the entry's telemetry is updated.
+// `f` (default-initialised by the caller) is a claimed frame and `held` was incremented; the
+// entry's telemetry is updated.
 Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
                   std::atomic<std::uint32_t>& held, FrameFields& f) noexcept;
 
