@@ -121,21 +121,16 @@
 #ifndef LOAN_POLICY
 #define LOAN_POLICY 5
 #endif
-/* LOAN_POLICY 1: as briefed: scan (skipping the newest slot), reap, scan once more, fail.
- * LOAN_POLICY 2: the first src/producer.cpp: scan, reap, scan, then one scan that may take the
- *                newest slot, fail.
- * LOAN_POLICY 3: scan, reap, scan, then scans that may take the newest slot, LOAN_MAXPASS scans
- *                in all, fail.
- * LOAN_POLICY 4: an earlier src/producer.cpp: scan, reap, scan, then up to LOAN_LOOP scans that
- *                may take the newest slot, each recording the words of the busy slots it saw; a
- *                scan that saw exactly the previous scan's words ends the search (fail).
- *                Refuted: a lagging sequential reader repeats the same words (docs/model.md,
- *                finding 1).
- * LOAN_POLICY 5: src/producer.cpp now: 4, but the early end only where the sizing rule does not
- *                hold; where it holds, all LOAN_LOOP scans. */
-#ifndef LOAN_MAXPASS
-#define LOAN_MAXPASS 8
-#endif
+/* LOAN_POLICY 5 (the default) is what the C++ does (src/ring/writer.cpp, claim_free_slot): scan
+ *                (skipping the newest slot), reap, scan, then up to LOAN_LOOP scans that may take
+ *                the newest slot; only where the sizing rule does not hold, a scan that saw
+ *                exactly the busy words of the previous one ends the search (fail).
+ * The others are broken variants, each refuted by a case of model/check.sh:
+ * LOAN_POLICY 1: scan, reap, scan once more, fail (loan-as-briefed).
+ * LOAN_POLICY 2: scan, reap, scan, then one scan that may take the newest slot, fail
+ *                (loan-three-scans-three-readers, a --long case).
+ * LOAN_POLICY 4: 5 with the early end everywhere: a lagging sequential reader repeats the same
+ *                words where the sizing rule holds (loan-early-exit; docs/model.md, finding 1). */
 #ifndef LOAN_LOOP
 #define LOAN_LOOP (NR * (LOG + 1) + 1)   /* max_readers * (log_size + 1) + 1, as in the C++ */
 #endif
@@ -491,9 +486,6 @@ proctype Producer(byte me) {
 #elif LOAN_POLICY == 2
         :: pass == 2 -> skip                     /* the last scan may take the newest slot */
         :: pass == 3 -> break
-#elif LOAN_POLICY == 3
-        :: pass >= 2 && pass < LOAN_MAXPASS -> skip
-        :: pass == LOAN_MAXPASS -> break
 #else    /* 4, 5 */
         :: pass == 2 -> skip                     /* the loop of scans that may take the newest */
         :: pass >= 3 && pass < 2 + LOAN_LOOP ->

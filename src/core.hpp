@@ -1,18 +1,32 @@
-// core.hpp — the process-side state behind Producer, Reader, Loan and Frame.
+// core.hpp — the process-side objects behind Producer, Reader, Loan and Frame: what one channel
+// end owns (the mapping, the lease, the frame pool) and for how long. The ring algorithms they run
+// are src/ring/writer.hpp and src/ring/cursor.hpp; the liveness protocols are src/lease/.
+//
+// Lifetime. A ProducerCore is owned by its Producer; a Loan points at it without a counted
+// reference (one Producer is used by one thread at a time, so a plain flag says whether a loan is
+// out). When the Producer goes while its loan is out, the core stays until that loan is dropped.
+// A ReaderCore is owned jointly by its Reader and the Frames it returned, counted in one atomic
+// word (`held_`: frames in the low bits, the Reader's handle in kHandleBit), so a frame costs one
+// increment and one decrement and no shared_ptr copy. Whoever brings the word to zero ends the
+// core: the Reader's destructor does it in place; the last Frame::release() (noexcept, any thread)
+// hands it to a library thread instead, so that release never runs the detach (pool teardown,
+// repair lock, lease keeper).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backend/pool.hpp"
 #include "follow.hpp"
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
-#include "lease/lease.hpp"
 #include "lease/name_token.hpp"
+#include "ring/cursor.hpp"
+#include "ring/writer.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
@@ -20,92 +34,153 @@ namespace ipcring::detail {
 
 class ProducerCore {
  public:
-  ProducerCore() = default;
+  // The construction paths of Producer::create (each throws Error on a refusal):
+  // A new channel, made nameless and named only once complete. nullptr when someone named a
+  // channel meanwhile (ours was never seen and is gone): look again.
+  // `instance_id` 0: a new random one (a producer restoring its name keeps its own, follow.hpp).
+  static std::unique_ptr<ProducerCore> create_new(std::string_view name,
+                                                  const ChannelConfig& config, const Geometry& geo,
+                                                  std::uint64_t instance_id = 0);
+  // The name exists: refuses a live producer, takes over a dead or closed one of the same
+  // geometry (new epoch), or replaces an unattached one of another geometry. nullptr when the
+  // caller must look again (the name changed meanwhile, or the old channel was replaced).
+  static std::unique_ptr<ProducerCore> open_existing(std::string_view name,
+                                                     const ChannelConfig& config,
+                                                     const Geometry& geo,
+                                                     const OpenedSegment& opened,
+                                                     std::uint64_t instance_id = 0);
+  // The Producer's end of ownership: deletes the core, or leaves that to the outstanding loan.
+  static void drop_handle(ProducerCore* core) noexcept;
+
   ~ProducerCore();
   ProducerCore(const ProducerCore&) = delete;
   ProducerCore& operator=(const ProducerCore&) = delete;
 
-  Result<Loan> loan(const std::shared_ptr<ProducerCore>& self,
-                    CudaStream stream = nullptr) noexcept;
-  std::uint64_t publish(Loan& loan, std::size_t bytes, CudaStream stream);
+  [[nodiscard]] Result<Loan> loan(CudaStream stream = nullptr) noexcept;
+  // Precondition: `loan` is this core's and bytes <= its capacity (the facade checks). A failure
+  // is a Status and leaves the loan as it was.
+  [[nodiscard]] Status publish(Loan& loan, std::size_t bytes, CudaStream stream,
+                               std::uint64_t& sequence) noexcept;
   void drop(Loan& loan) noexcept;
   std::size_t reap() noexcept;
+  void reap_on_next_loan() noexcept { last_reap_ns_ = 0; }
   bool forked() const noexcept;
   bool set_metadata(std::uint32_t slot, const void* bytes, std::size_t size) noexcept;
   bool set_tensor(std::uint32_t slot, const TensorDesc& tensor) noexcept;
   void set_capture_time_ns(std::uint32_t slot, std::uint64_t ns) noexcept;
 
-  std::string name;
-  ChannelConfig config;
-  std::shared_ptr<Mapping> mapping;
-  SegmentView view;
-  std::unique_ptr<ProducerPool> pool;
-  std::uint64_t epoch = 0;
-  std::uint64_t instance_id = 0;
-  std::uint64_t next_sequence = 1;
-  std::uint64_t fork_gen = 0;
-  std::uint64_t last_reap_ns = 0;
-  std::uint64_t reap_period_ns = 0;
-  std::uint64_t published = 0;
-  std::uint64_t loan_failures = 0;
-  std::uint64_t readers_reaped = 0;
-  std::uint32_t cursor = 0;                // last slot claimed
-  std::uint32_t newest_slot = UINT32_MAX;  // slot of the newest published frame
-  bool loan_out = false;
-  bool holds_lease = false;
-  // Name defence (follow.hpp): the liveness token, the watcher's view of the name, and what
-  // defend_name found.
-  NameToken token;
-  std::shared_ptr<NameWatch> watch;
-  std::uint64_t next_defend_ns = 0;
-  std::uint64_t name_restores = 0;
-  std::uint32_t name_refusals = 0;  // consecutive restores refused by a live producer
-  bool name_taken = false;
-  std::string name_problem;
+  const std::string& name() const noexcept { return name_; }
+  const ChannelConfig& config() const noexcept { return config_; }
+  std::uint64_t epoch() const noexcept { return writer_.epoch; }
+  std::size_t metadata_capacity() const noexcept { return view_.geo.metadata_bytes; }
+  // Name defence (follow.hpp): false from the watcher's finding until the restore, and for good
+  // when another live producer holds the name.
+  bool owns_name() const noexcept {
+    return !watch_ || !watch_->changed.load(std::memory_order_relaxed);
+  }
+  std::uint64_t name_restores() const noexcept { return name_restores_; }
+  // Binds the channel's liveness token (NameToken::claim: throws producer_exists).
+  void claim_token() { token_ = NameToken::claim(name_); }
+  void take_token(NameToken& token) noexcept { token_ = std::move(token); }
 
  private:
-  std::uint32_t find_free(bool allow_newest, std::uint64_t* observed = nullptr) noexcept;
+  friend class Follow;  // follow.cpp: the name's restore moves this core's state to a fresh one
+
+  ProducerCore(std::string_view name, const ChannelConfig& config, std::uint64_t instance_id);
+  static std::unique_ptr<ProducerCore> take_over(std::string_view name, const ChannelConfig& config,
+                                                 const OpenedSegment& opened,
+                                                 std::uint64_t instance_id);
+  static void replace_unattached(std::string_view name, const Geometry& geo,
+                                 const OpenedSegment& opened);
+  static void reap_hook(void* self) noexcept;
+
+  std::string name_;
+  ChannelConfig config_;
+  std::shared_ptr<Mapping> mapping_;
+  SegmentView view_;
+  std::unique_ptr<ProducerPool> pool_;
+  WriterState writer_;
+  std::uint64_t instance_id_ = 0;
+  std::uint64_t fork_gen_ = 0;
+  std::uint64_t last_reap_ns_ = 0;
+  std::uint64_t reap_period_ns_ = 0;
+  std::uint64_t readers_reaped_ = 0;
+  bool loan_out_ = false;
+  bool handle_gone_ = false;  // the Producer is gone; the outstanding loan ends the core
+  bool holds_lease_ = false;
+  // Name defence (follow.hpp): the liveness token, the watcher's view of the name, and what
+  // defend_name found.
+  NameToken token_;
+  std::shared_ptr<NameWatch> watch_;
+  std::uint64_t next_defend_ns_ = 0;
+  std::uint64_t name_restores_ = 0;
+  std::uint32_t name_refusals_ = 0;  // consecutive restores refused by a live producer
+  bool name_taken_ = false;
+  std::string name_problem_;
 };
 
 class ReaderCore {
  public:
-  ReaderCore() = default;
+  // The construction path of Reader::attach: the frame pool, a reader entry (free, or one whose
+  // owner the kernel declared dead), the cursor at the newest frame present. Throws Error
+  // (too_many_readers naming the entries' pids). The returned core is owned by one handle.
+  static ReaderCore* attach(std::string_view name, const ReaderOptions& options,
+                            const OpenedSegment& opened);
+  // The Reader's end of ownership: ends the core here when no frame is held, else the last
+  // frame's release hands it to a library thread.
+  static void drop_handle(ReaderCore* core) noexcept;
+
+  // Ends the core in place (the detach). Only drop_handle, the retirement thread and a failed
+  // attach call it.
   ~ReaderCore();
   ReaderCore(const ReaderCore&) = delete;
   ReaderCore& operator=(const ReaderCore&) = delete;
 
-  Result<Frame> try_read(const std::shared_ptr<ReaderCore>& self) noexcept;
-  Result<Frame> read(const std::shared_ptr<ReaderCore>& self, std::uint64_t timeout_ns) noexcept;
+  [[nodiscard]] Result<Frame> try_read() noexcept;
+  [[nodiscard]] Result<Frame> read(std::uint64_t timeout_ns) noexcept;
+  // Frame::release: gives the frame back and drops its reference (never locks, never detaches).
   void release(Frame& frame, CudaStream stream) noexcept;
+  [[nodiscard]] Status wait_on(std::uint32_t slot, CudaStream stream) noexcept;
   bool evicted() const noexcept;
   bool forked() const noexcept;
   // Producer liveness for a waiting reader: false when dead or closed.
   bool producer_alive() noexcept;
 
-  std::string name;
-  ReaderOptions options;
-  std::shared_ptr<Mapping> mapping;
-  SegmentView view;
-  std::unique_ptr<ReaderPool> pool;
-  std::uint32_t index = 0;
-  std::uint64_t bit = 0;
-  std::uint64_t entry_generation = 0;
-  std::uint64_t instance_id = 0;
-  std::uint64_t last_sequence = 0;  // newest sequence read (0: none yet)
-  std::uint64_t epoch = 0;          // producer epoch last seen
-  bool gone_reported = false;       // producer_gone already returned for this epoch's end
-  std::uint64_t overruns = 0;
-  std::uint64_t fork_gen = 0;
-  std::atomic<std::uint32_t> held{0};
-  bool holds_lease = false;
-  std::uint64_t follow_next_ns = 0;  // follow.hpp: next look at the name
-  std::string follow_error;          // why following the name failed (empty: it did not)
+  const std::string& name() const noexcept { return name_; }
+  const ReaderOptions& options() const noexcept { return options_; }
+  const Geometry& geometry() const noexcept { return view_.geo; }
+  std::uint32_t index() const noexcept { return cursor_.index; }
+  std::uint32_t held() const noexcept { return frames_held(held_.load(std::memory_order_relaxed)); }
+  std::uint64_t overruns() const noexcept { return cursor_.overruns; }
+  std::uint64_t epoch() const noexcept { return cursor_.epoch; }
+  // Why following the name failed (empty: it did not; follow.hpp).
+  const std::string& follow_error() const noexcept { return follow_error_; }
 
  private:
-  static void read_frame_header(const SegmentView& view, std::uint32_t slot, std::uint64_t sequence,
-                                Frame& frame) noexcept;
-  Result<Frame> claim(const std::shared_ptr<ReaderCore>& self, std::uint64_t target,
-                      std::uint64_t head_word, bool& lost) noexcept;
+  friend class Retirer;
+  friend class Follow;  // follow.cpp: a core that follows the name hands its cursor on
+  static constexpr std::uint32_t kHandleBit = ~kHeldFramesMask;
+
+  ReaderCore(std::string_view name, const ReaderOptions& options, const OpenedSegment& opened);
+
+  std::string name_;
+  ReaderOptions options_;
+  std::shared_ptr<Mapping> mapping_;
+  SegmentView view_;
+  std::unique_ptr<ReaderPool> pool_;
+  CursorState cursor_;
+  std::uint64_t instance_id_ = 0;
+  std::uint64_t fork_gen_ = 0;
+  std::atomic<std::uint32_t> held_{kHandleBit};  // frames held | kHandleBit while the Reader lives
+  bool holds_lease_ = false;
+  ReaderCore* next_retired_ = nullptr;  // the Retirer's list
+  std::uint64_t follow_next_ns_ = 0;    // follow.hpp: next look at the name
+  std::string follow_error_;            // why following the name failed (empty: it did not)
 };
+
+// Waits (bounded: 2 s) until the readers of this process whose last frame was released so far
+// are detached, so that a snapshot taken after the release sees their entries free, as program
+// order suggests (inspect() calls it first). Slow path; returns at once when nothing is pending.
+void finish_retired_readers() noexcept;
 
 }  // namespace ipcring::detail

@@ -69,6 +69,8 @@ const char* to_string(Status s) noexcept {
       return "forked";
     case Status::backend_error:
       return "backend_error";
+    case Status::invalid_loan:
+      return "invalid_loan";
   }
   return "unknown";
 }

@@ -38,15 +38,16 @@ class NameToken;
 
 // ---- readers -----------------------------------------------------------------------------------
 
-// Attaches a ReaderCore to the object now named `name` (Reader::attach without the wait).
-std::shared_ptr<ReaderCore> attach_reader_core(std::string_view name, const ReaderOptions& options);
+// Attaches a ReaderCore to the object now named `name` (Reader::attach; the caller owns the one
+// handle of the returned core: ReaderCore::drop_handle ends it).
+ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options);
 
 // Called by Reader::try_read when the core returned no frame (no_frame or producer_gone): follows
 // the name when the producer has ended and the name refers to another object. May replace `core`.
-Result<Frame> follow_after(std::shared_ptr<ReaderCore>& core, Result<Frame> result) noexcept;
+Result<Frame> follow_after(ReaderCore*& core, Result<Frame> result) noexcept;
 
 // Reader::read: the core's read in slices of producer_probe, following between slices.
-Result<Frame> read_following(std::shared_ptr<ReaderCore>& core, std::uint64_t timeout_ns) noexcept;
+Result<Frame> read_following(ReaderCore*& core, std::uint64_t timeout_ns) noexcept;
 
 // ---- producers ---------------------------------------------------------------------------------
 
@@ -63,7 +64,7 @@ struct NameWatch {
 
 // Creates or takes over the channel (Producer::create without the token claim), holding `token`
 // (moved into the core on success) and using `instance_id` (0: a new random one).
-std::shared_ptr<ProducerCore> create_producer_core(std::string_view name,
+std::unique_ptr<ProducerCore> create_producer_core(std::string_view name,
                                                    const ChannelConfig& config, NameToken& token,
                                                    std::uint64_t instance_id);
 
@@ -72,6 +73,7 @@ void watch_name(ProducerCore& core);
 
 // Producer::loan's hook: one relaxed load unless the watcher saw the name change; then restores
 // the name (may replace `core`) or reports that another live producer took it.
-void defend_name(std::shared_ptr<ProducerCore>& core) noexcept;
+// `core` is the Producer's handle (ProducerCore::drop_handle ends the old one; no loan is out).
+void defend_name(ProducerCore*& core) noexcept;
 
 }  // namespace ipcring::detail

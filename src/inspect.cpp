@@ -103,7 +103,7 @@ void snapshot_header(const SegmentView& view, std::string_view name, std::uint32
   const Geometry& g = view.geo;
   s.name = std::string(name);
   s.layout_version = kLayoutVersion;  // validated equal to the segment's
-  s.backend = g.backend == 2 ? Backend::cuda : Backend::host;
+  s.backend = g.backend == kBackendCuda ? Backend::cuda : Backend::host;
   s.slot_count = g.slots;
   s.max_readers = g.max_readers;
   s.max_held = g.max_held;
@@ -423,6 +423,7 @@ std::vector<std::uint32_t> mask_indices(std::uint64_t reader_mask) {
 
 Snapshot inspect(std::string_view name) {
   using namespace detail;
+  finish_retired_readers();  // this process's readers whose last frame was just released
   OpenedSegment opened = open_segment(name);
   return snapshot_view(opened.mapping->view, name, opened.owner_uid, opened.mode);
 }

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
+#include <memory>  // kept for code that relied on it
 #include <optional>
 #include <span>
 
@@ -15,12 +15,40 @@ struct CUstream_st;  // cudaStream_t without including CUDA headers
 
 namespace ipcring {
 
+using CudaStream = CUstream_st*;
+
 namespace detail {
 class ProducerCore;
 class ReaderCore;
-}  // namespace detail
 
-using CudaStream = CUstream_st*;
+// What a Loan describes: written by the producer's core, read by the Loan's accessors.
+struct LoanFields {
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+  std::uint64_t sequence = 0;
+  std::uint32_t slot = 0;
+};
+
+// What a Frame describes: filled by the reader's cursor (src/ring/cursor.cpp) from the claimed
+// slot's descriptor and frame header, read by the Frame's accessors.
+struct FrameFields {
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t epoch = 0;
+  std::uint64_t timestamp_ns = 0;
+  std::uint64_t generation = 0;  // slot generation of the claim
+  std::uint64_t skipped = 0;
+  std::uint64_t acquired_ns = 0;
+  std::uint64_t capture_time_ns = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t metadata_bytes = 0;
+  const std::byte* metadata = nullptr;
+  bool has_tensor = false;
+  bool tensor_invalid = false;
+  TensorDesc tensor;
+};
+}  // namespace detail
 
 // ChannelConfig::metadata_bytes: its default and its largest value.
 inline constexpr std::size_t kDefaultMetadataBytes = 256;
@@ -38,11 +66,11 @@ class Loan {
   ~Loan();
 
   // Host backend: a pointer into shared memory. CUDA backend: a device pointer.
-  std::byte* data() const noexcept { return data_; }
-  std::size_t capacity() const noexcept { return capacity_; }
+  std::byte* data() const noexcept { return fields_.data; }
+  std::size_t capacity() const noexcept { return fields_.capacity; }
   // The sequence number that publish() will give this frame.
-  std::uint64_t sequence() const noexcept { return sequence_; }
-  std::uint32_t slot() const noexcept { return slot_; }
+  std::uint64_t sequence() const noexcept { return fields_.sequence; }
+  std::uint32_t slot() const noexcept { return fields_.slot; }
   bool valid() const noexcept { return core_ != nullptr; }
 
   // Up to metadata_capacity() bytes (ChannelConfig::metadata_bytes) of user metadata (format,
@@ -65,17 +93,17 @@ class Loan {
   friend class detail::ProducerCore;
   void reset() noexcept;
 
-  std::shared_ptr<detail::ProducerCore> core_;
-  std::byte* data_ = nullptr;
-  std::size_t capacity_ = 0;
-  std::uint64_t sequence_ = 0;
-  std::uint32_t slot_ = 0;
+  // The producer's core, kept alive while this loan is out (the core counts its loans, so the
+  // loan costs no shared_ptr copy); nullptr when empty or published.
+  detail::ProducerCore* core_ = nullptr;
+  detail::LoanFields fields_;
 };
 
 // A published frame held by one reader. While it is held, the producer cannot reuse its buffer.
 // release() (or the destructor) gives it back; release is idempotent. A Frame may be released from
 // any thread, and may outlive the Reader object that read it (the reader entry stays leased until
-// its last frame is released).
+// its last frame is released; that release only hands the detach to a library thread, so release
+// stays cheap and never locks; inspect() in this process waits for it).
 class Frame {
  public:
   Frame() = default;
@@ -89,28 +117,28 @@ class Frame {
   // (wait_on() a stream before reading it there). nullptr when not held (released, or inherited by
   // a fork child, which holds nothing of its parent's).
   const std::byte* data() const noexcept;
-  std::size_t size() const noexcept { return size_; }
-  std::uint64_t sequence() const noexcept { return sequence_; }
-  std::uint64_t epoch() const noexcept { return epoch_; }
-  std::uint64_t timestamp_ns() const noexcept { return timestamp_ns_; }  // CLOCK_MONOTONIC
-  std::uint32_t slot() const noexcept { return slot_; }
+  std::size_t size() const noexcept { return fields_.size; }
+  std::uint64_t sequence() const noexcept { return fields_.sequence; }
+  std::uint64_t epoch() const noexcept { return fields_.epoch; }
+  std::uint64_t timestamp_ns() const noexcept { return fields_.timestamp_ns; }  // CLOCK_MONOTONIC
+  std::uint32_t slot() const noexcept { return fields_.slot; }
   // Frames this reader skipped between the previous frame it read and this one (sequential policy:
   // frames lost to overruns; latest policy: older frames deliberately skipped).
-  std::uint64_t skipped() const noexcept { return skipped_; }
+  std::uint64_t skipped() const noexcept { return fields_.skipped; }
   // The producer's metadata (Loan::set_metadata), in the control segment: valid while held.
   std::span<const std::byte> metadata() const noexcept {
-    return {metadata_, metadata_ == nullptr ? 0 : metadata_bytes_};
+    return {fields_.metadata, fields_.metadata == nullptr ? 0 : fields_.metadata_bytes};
   }
   // The producer's tensor descriptor, checked against size() at read time: std::nullopt when the
   // producer set none or set one that does not describe this frame (tensor_invalid()).
   std::optional<TensorDesc> tensor() const noexcept {
-    return has_tensor_ ? std::optional<TensorDesc>(tensor_) : std::nullopt;
+    return fields_.has_tensor ? std::optional<TensorDesc>(fields_.tensor) : std::nullopt;
   }
   // True when the frame carried a tensor descriptor that failed validation (corrupt or hostile
   // producer, or a publish shorter than the tensor): the bytes are delivered, the tensor is not.
-  bool tensor_invalid() const noexcept { return tensor_invalid_; }
+  bool tensor_invalid() const noexcept { return fields_.tensor_invalid; }
   // Loan::set_capture_time_ns of the producer; 0 when it set none.
-  std::uint64_t capture_time_ns() const noexcept { return capture_time_ns_; }
+  std::uint64_t capture_time_ns() const noexcept { return fields_.capture_time_ns; }
   bool held() const noexcept;  // false after release and in a fork child
 
   // Gives the frame back. Idempotent.
@@ -120,7 +148,7 @@ class Frame {
   // done; release(stream) queues this reader's release fence (a write of its fence word) on
   // `stream`, so the producer reuses the buffer only after the reader's queued kernels finished.
   // Both are no-ops on the host backend.
-  Status wait_on(CudaStream stream) noexcept;
+  [[nodiscard]] Status wait_on(CudaStream stream) noexcept;
   void release(CudaStream stream) noexcept;
 
  private:
@@ -128,22 +156,10 @@ class Frame {
   friend class detail::ReaderCore;
   void reset() noexcept;
 
-  std::shared_ptr<detail::ReaderCore> core_;
-  const std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::uint64_t sequence_ = 0;
-  std::uint64_t epoch_ = 0;
-  std::uint64_t timestamp_ns_ = 0;
-  std::uint64_t generation_ = 0;  // slot generation of the claim
-  std::uint64_t skipped_ = 0;
-  std::uint64_t acquired_ns_ = 0;
-  std::uint64_t capture_time_ns_ = 0;
-  std::uint32_t slot_ = 0;
-  std::uint32_t metadata_bytes_ = 0;
-  const std::byte* metadata_ = nullptr;
-  bool has_tensor_ = false;
-  bool tensor_invalid_ = false;
-  TensorDesc tensor_;
+  // The reader's core, kept alive while this frame is held (the core counts its frames, so a
+  // frame costs no shared_ptr copy); nullptr when released.
+  detail::ReaderCore* core_ = nullptr;
+  detail::FrameFields fields_;
 };
 
 }  // namespace ipcring

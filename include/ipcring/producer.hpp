@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
+#include <memory>  // kept for code that relied on it
 #include <string_view>
 
 #include "ipcring/config.hpp"
@@ -41,9 +41,9 @@ class Producer {
   // Claims a free slot for writing. Non-blocking: Status::no_free_slot when every slot is held
   // (cannot happen when config.loan_never_fails()), Status::loan_outstanding when a loan is
   // already out. Reaps dead readers first when no slot is free, and periodically.
-  Result<Loan> loan() noexcept;
+  [[nodiscard]] Result<Loan> loan() noexcept;
   // Like loan(), retrying (reaping between tries) until `timeout` runs out.
-  Result<Loan> loan(std::chrono::nanoseconds timeout) noexcept;
+  [[nodiscard]] Result<Loan> loan(std::chrono::nanoseconds timeout) noexcept;
   // CUDA backend: the loan's buffer will be written by work queued on `stream`. Readers that held
   // the buffer may still have GPU work reading it (they released it with Frame::release(stream));
   // these loans make `stream` wait for that work on the GPU (cuStreamWaitValue64 on the readers'
@@ -51,17 +51,26 @@ class Producer {
   // plain loan() hands out a buffer only when no GPU work of a reader can still read it (otherwise
   // Status::no_free_slot), so any stream, or a synchronous copy, may write it. Host backend: same
   // as loan() / loan(timeout).
-  Result<Loan> loan(CudaStream stream) noexcept;
-  Result<Loan> loan(std::chrono::nanoseconds timeout, CudaStream stream) noexcept;
+  [[nodiscard]] Result<Loan> loan(CudaStream stream) noexcept;
+  [[nodiscard]] Result<Loan> loan(std::chrono::nanoseconds timeout, CudaStream stream) noexcept;
 
-  // Publishes the loan's first `bytes` bytes and returns the frame's sequence number. Makes no
-  // system call unless a reader sleeps in read(). Throws Error(Errc::invalid_argument) only for a
-  // caller error (a loan of another producer or already published, bytes > capacity), and
-  // Error(Errc::forked) in a forked child; the loan is left untouched then.
+  // Publishes the loan's first `bytes` bytes and returns the frame's sequence number (>= 1). Never
+  // locks, allocates or makes a system call unless a reader sleeps in read().
+  // Throws Error(Errc::invalid_argument) only for a caller error, checked before anything is
+  // touched: a loan of another producer, empty or already published, or bytes > capacity.
+  // Every other failure returns 0 (no frame has sequence 0) without throwing, and leaves the loan
+  // with the caller (it may retry, or drop it): in a forked child (Status::forked), or when the
+  // backend fails (CUDA: recording the write-done event; Status::backend_error). try_publish()
+  // says which. (Earlier versions threw Errc::forked and Errc::cuda_error for these two.)
   std::uint64_t publish(Loan&& loan, std::size_t bytes);
   // CUDA backend: records the slot's write-done event on `stream` (the stream that wrote the
   // frame) before publishing. Same as publish(loan, bytes) on the host backend.
   std::uint64_t publish(Loan&& loan, std::size_t bytes, CudaStream stream);
+  // publish() that never throws: Status::ok (the frame's sequence in *sequence when given, the
+  // loan consumed), Status::invalid_loan for the caller errors publish() throws for,
+  // Status::forked or Status::backend_error (the loan unchanged).
+  [[nodiscard]] Status try_publish(Loan& loan, std::size_t bytes, CudaStream stream = nullptr,
+                                   std::uint64_t* sequence = nullptr) noexcept;
 
   // Probes every reader lease; clears the bits and frees the entries of dead readers. Returns how
   // many were reaped.
@@ -82,8 +91,9 @@ class Producer {
   std::uint64_t name_restores() const noexcept;  // how many times the name was restored
 
  private:
-  explicit Producer(std::shared_ptr<detail::ProducerCore> core) noexcept;
-  std::shared_ptr<detail::ProducerCore> core_;
+  explicit Producer(detail::ProducerCore* core) noexcept;
+  // Owned (ProducerCore::drop_handle); an outstanding Loan keeps it until the loan is dropped.
+  detail::ProducerCore* core_ = nullptr;
 };
 
 }  // namespace ipcring

@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
+#include <memory>  // kept for code that relied on it
 #include <string_view>
 
 #include "ipcring/config.hpp"
@@ -14,7 +14,7 @@ namespace ipcring {
 
 namespace detail {
 class ReaderCore;
-std::shared_ptr<ReaderCore> attach_reader_core(std::string_view name, const ReaderOptions& options);
+ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options);
 }  // namespace detail
 
 // Reader: takes one entry of the channel's reader table (a lease held by a library thread, so it
@@ -43,13 +43,13 @@ class Reader {
   // frames are returned (their geometry may differ: frame_bytes() and max_held() follow). Frames
   // still held stay valid until released. The name is looked at only while no new frame comes
   // and the producer looks gone, at most once per options.producer_probe.
-  Result<Frame> try_read() noexcept;
+  [[nodiscard]] Result<Frame> try_read() noexcept;
   // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
   // Status::timeout when `timeout` runs out. Status::producer_gone when the producer is found dead
   // or closed while waiting (probed every options.producer_probe) — once per epoch, like
   // try_read(): later calls wait for a new producer to take over (its epoch change is reported as
   // producer_gone too, then its frames are returned).
-  Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
+  [[nodiscard]] Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
 
   std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
   std::uint32_t held() const noexcept;      // frames currently held
@@ -64,10 +64,11 @@ class Reader {
   std::string_view follow_error() const noexcept;
 
  private:
-  explicit Reader(std::shared_ptr<detail::ReaderCore> core) noexcept;
-  friend std::shared_ptr<detail::ReaderCore> detail::attach_reader_core(std::string_view,
-                                                                        const ReaderOptions&);
-  std::shared_ptr<detail::ReaderCore> core_;
+  explicit Reader(detail::ReaderCore* core) noexcept;
+  friend detail::ReaderCore* detail::attach_reader_core(std::string_view, const ReaderOptions&);
+  // Shared with the Frames it returned (counted in the core, no shared_ptr): the core ends with
+  // the last of them.
+  detail::ReaderCore* core_ = nullptr;
 };
 
 }  // namespace ipcring

@@ -7,7 +7,10 @@
 
 namespace ipcring {
 
-enum class Status : std::uint8_t {
+// [[nodiscard]]: a Status names a failure the caller must handle; dropping one is a warning.
+// (clang-format misreads an attribute between `enum class` and the name.)
+// clang-format off
+enum class [[nodiscard]] Status : std::uint8_t {
   ok = 0,
   no_free_slot,      // loan: every slot is held by a reader or is the newest frame
   timeout,           // a bounded wait ran out
@@ -18,13 +21,16 @@ enum class Status : std::uint8_t {
   loan_outstanding,  // the producer already has a loan; publish or drop it first
   forked,            // the object was inherited through fork(); use it in the parent only
   backend_error,     // the frame pool failed (CUDA error); details in the log of the call
+  invalid_loan,      // try_publish: a loan of another producer, empty or published, or too long
 };
+// clang-format on
 
-const char* to_string(Status s) noexcept;
+[[nodiscard]] const char* to_string(Status s) noexcept;
 
 // Like std::expected<T, Status> (C++23), kept minimal: either a T or a non-ok Status.
+// [[nodiscard]]: a dropped Result<Loan> or Result<Frame> would silently give its slot back.
 template <class T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T&& value) noexcept : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   Result(Status s) noexcept : status_(s) {}                 // NOLINT(google-explicit-constructor)

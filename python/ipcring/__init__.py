@@ -12,9 +12,9 @@ Reference: docs/python.md in the source tree.
 
 from ._errors import (  # noqa: F401
     BackendError, ChannelBusy, ConfigMismatch, CorruptSegment, CudaError, Errc, Error, Evicted,
-    Forked, InvalidArgument, InvalidConfig, InvalidName, LoanOutstanding, MaxHeld, NoFreeSlot,
-    NoSpace, NotFound, NotReady, PermissionDenied, ProducerExists, ProducerGone, Status, SystemError,
-    Timeout, TooManyReaders, Unsupported, VersionMismatch)
+    Forked, InvalidArgument, InvalidConfig, InvalidLoan, InvalidName, LoanOutstanding, MaxHeld,
+    NoFreeSlot, NoSpace, NotFound, NotReady, PermissionDenied, ProducerExists, ProducerGone, Status,
+    SystemError, Timeout, TooManyReaders, Unsupported, VersionMismatch)
 from ._ipcring import (  # noqa: F401
     Frame, Loan, Producer, Reader, __version__, inspect, layout_version, list_channels,
     reap_dead_readers, remove_channel, validate_name)

@@ -54,6 +54,7 @@ class Status(enum.IntEnum):
     loan_outstanding = 7
     forked = 8
     backend_error = 9
+    invalid_loan = 10  # C++ Producer::try_publish only
 
 
 class Error(Exception):
@@ -191,13 +192,19 @@ class BackendError(Error):
     status = Status.backend_error
 
 
+class InvalidLoan(Error, ValueError):
+    """A publish of a loan the producer cannot publish (C++ ``Producer::try_publish``)."""
+    status = Status.invalid_loan
+
+
 BY_ERRC = {cls.code: cls for cls in (
     InvalidName, InvalidConfig, NotFound, ProducerExists, VersionMismatch, PermissionDenied,
     CorruptSegment, TooManyReaders, ConfigMismatch, SystemError, Unsupported, Forked,
     InvalidArgument, ChannelBusy, CudaError, NotReady, NoSpace)}
 
 BY_STATUS = {cls.status: cls for cls in (
-    NoFreeSlot, Timeout, ProducerGone, Evicted, MaxHeld, LoanOutstanding, Forked, BackendError)}
+    NoFreeSlot, Timeout, ProducerGone, Evicted, MaxHeld, LoanOutstanding, Forked, BackendError,
+    InvalidLoan)}
 
 __all__ = ["Errc", "Status", "Error"] + [c.__name__ for c in BY_ERRC.values()] + [
     c.__name__ for c in BY_STATUS.values() if c is not Forked]

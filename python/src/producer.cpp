@@ -192,8 +192,12 @@ class PyProducer {
     {
       auto lock = lock_state(st.mutex);
       if (!st.producer) raise_closed();
-      seq = cuda ? st.producer->publish(std::move(l.state->loan), bytes, write_stream)
-                 : st.producer->publish(std::move(l.state->loan), bytes);
+      // A failure (a fork child, the backend) is a Status, and the loan is kept.
+      const Status s =
+          st.producer->try_publish(l.state->loan, bytes, cuda ? write_stream : nullptr, &seq);
+      if (s != Status::ok) {
+        raise_status(s, channel_prefix(st.name) + "publish failed: " + to_string(s));
+      }
     }
     l.state.reset();
     l.published = true;

@@ -1,4 +1,4 @@
-// clock.hpp — time and identity helpers shared by the library.
+// clock.hpp — time helpers shared by the library (the process identity is common/process.hpp).
 #pragma once
 
 #include <time.h>
@@ -21,13 +21,6 @@ inline std::uint64_t realtime_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
-
-// A random non-zero 64-bit identity (getrandom). Slow path only.
-std::uint64_t random_instance_id();
-
-// Incremented in the child after every fork() (pthread_atfork). Objects record the value when made
-// and refuse to act on shared state when it differs: the child inherited them.
-std::uint64_t fork_generation() noexcept;
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)

@@ -27,6 +27,7 @@
 
 #include "backend/cuda/cuda_fence.hpp"
 #include "common/clock.hpp"
+#include "common/process.hpp"
 #include "ipcring/error.hpp"
 #include "ring/ring.hpp"
 
@@ -35,8 +36,6 @@ namespace ipcring::detail {
 // ---- fork detection --------------------------------------------------------------------------
 
 namespace {
-std::atomic<std::uint64_t> g_fork_generation{0};
-
 class LeaseKeeper;
 std::atomic<LeaseKeeper*> g_keeper{nullptr};
 // The repair lock's process-local half: threads of this process (flock serialises processes).
@@ -44,7 +43,7 @@ std::recursive_mutex g_repair_local;
 std::once_flag g_atfork_once;
 
 void on_fork_child() noexcept {
-  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  // (The fork generation itself is common/process.cpp's.)
   // The keeper thread did not survive fork, and its mutex may have been copied locked. Abandon it
   // (deliberately leaked: destroying it would touch that state); a fresh one starts on demand.
   g_keeper.store(nullptr, std::memory_order_relaxed);
@@ -63,21 +62,6 @@ void install_atfork() {
   return true;
 }();
 }  // namespace
-
-std::uint64_t fork_generation() noexcept {
-  return g_fork_generation.load(std::memory_order_relaxed);
-}
-
-std::uint64_t random_instance_id() {
-  std::uint64_t id = 0;
-  while (id == 0) {
-    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) {
-      // getrandom cannot fail for 8 bytes once the pool is initialised; fall back to mixing.
-      id = monotonic_ns() * 0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(getpid());
-    }
-  }
-  return id;
-}
 
 // ---- robust mutexes --------------------------------------------------------------------------
 

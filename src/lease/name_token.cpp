@@ -16,6 +16,7 @@
 
 #include "common/clock.hpp"
 #include "common/naming.hpp"
+#include "common/process.hpp"
 #include "ipcring/error.hpp"
 
 namespace ipcring::detail {

@@ -79,6 +79,11 @@ inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring."
 inline constexpr std::uint32_t kDefaultFrameMetadataBytes = 256;  // FrameHeader metadata area
 inline constexpr std::uint32_t kMaxFrameMetadataBytes = 4096;
 inline constexpr std::uint32_t kTensorDims = 8;
+
+// SegmentHeader::backend and Geometry::backend: where the channel's frames live. The values are
+// ipcring::Backend's (include/ipcring/config.hpp; producer.cpp asserts that they agree) and part of
+// the ABI: never renumber. Unscoped, so that the header's plain uint32_t compares with them.
+enum BackendCode : std::uint32_t { kBackendHost = 1, kBackendCuda = 2 };
 inline constexpr std::size_t kDelayBuckets = 64;  // half-octave buckets of publish->claim ns
 inline constexpr std::size_t kMutexBytes = 64;    // storage reserved for a pthread_mutex_t
 inline constexpr std::size_t kLibcIdBytes = 32;
@@ -182,7 +187,7 @@ struct alignas(kLine) SegmentHeader {
   std::uint32_t max_readers;
   std::uint32_t max_held;
   std::uint32_t log_size;    // power of two, >= 2 * slots
-  std::uint32_t backend;     // 1 host, 2 cuda
+  std::uint32_t backend;     // BackendCode: kBackendHost, kBackendCuda
   std::int32_t cuda_device;  // creator's ordinal (display only; identity is the UUID)
   std::uint32_t mode;        // permission bits requested by the creator
   std::uint32_t creator_uid;
@@ -451,7 +456,7 @@ constexpr Geometry compute_geometry(
   g.log_size = log_size_for(slots);
   g.backend = backend;
   g.frame_bytes = frame_bytes;
-  const bool cuda = backend == 2;
+  const bool cuda = backend == kBackendCuda;
   g.frame_stride = cuda ? 0 : round_up(frame_bytes, page_bytes);
   g.frames_segment_bytes = cuda ? 0 : g.frame_stride * slots;
   g.producer_offset = sizeof(SegmentHeader);

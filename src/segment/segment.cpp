@@ -240,7 +240,8 @@ void check_config_ranges(const SegmentHeader& h, const std::string& ch) {
     corrupt("max_held = " + std::to_string(h.max_held) + " (must be 1.." +
             std::to_string(kMaxHeld) + ")");
   }
-  if (h.backend != 1 && h.backend != 2) corrupt("backend = " + std::to_string(h.backend));
+  if (h.backend != kBackendHost && h.backend != kBackendCuda)
+    corrupt("backend = " + std::to_string(h.backend));
   if (h.frame_bytes < 1 || h.frame_bytes > kMaxFrameBytes) {
     corrupt("frame_bytes = " + std::to_string(h.frame_bytes));
   }

@@ -1,6 +1,7 @@
 // descriptor_fuzz.cpp — libFuzzer target: the reader's claim path against hostile descriptors.
 //
-// A reader (ReaderCore, the object behind ipcring::Reader) reads from an in-memory control segment
+// A reader (the cursor of ring/cursor.hpp: next_frame and release_frame, the functions behind
+// ipcring::Reader::try_read and Frame::release) reads from an in-memory control segment
 // whose producer-written words — head, publication log entries, slot state words and descriptors,
 // the lease words — are set by the input between reads. Properties (invariant 7 of DESIGN.md):
 // every frame handed out has slot < slots, size <= frame_bytes, the buffer of its own slot and the
@@ -27,10 +28,9 @@
 #include <vector>
 
 #include "backend/pool.hpp"
-#include "common/clock.hpp"
-#include "core.hpp"
-#include "ipcring/error.hpp"
-#include "lease/lease.hpp"
+#include "ipcring/config.hpp"
+#include "ipcring/tensor.hpp"
+#include "ring/cursor.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
@@ -138,49 +138,54 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ReaderEntry& entry = view.reader(0);
   entry.lease_word.store(LeaseWord::make(1, LeaseState::active));
 
-  auto core = std::make_shared<ReaderCore>();
-  core->name = "fuzz";
-  core->options.policy = sequential ? ReadPolicy::sequential : ReadPolicy::latest;
-  core->view = view;
-  auto pool = std::make_unique<FakePool>(slots);
-  const std::byte* pool_base = pool->base();
-  core->pool = std::move(pool);
-  core->index = 0;
-  core->bit = SlotWord::bit(0);
-  core->entry_generation = 1;
-  core->epoch = 1;
-  core->fork_gen = fork_generation();
-  core->holds_lease = false;  // nothing to give back: no lease keeper involved
+  // The reader as attach leaves it: entry 0 of generation 1, producer epoch 1.
+  FakePool pool(slots);
+  const std::byte* pool_base = pool.base();
+  CursorState cursor;
+  cursor.policy = sequential ? ReadPolicy::sequential : ReadPolicy::latest;
+  cursor.index = 0;
+  cursor.bit = SlotWord::bit(0);
+  cursor.entry_generation = 1;
+  cursor.epoch = 1;
+  std::atomic<std::uint32_t> held{0};
 
-  std::vector<Frame> kept;
+  std::vector<FrameFields> kept;
+  auto release_kept = [&] {
+    for (const FrameFields& f : kept) (void)release_frame(view, pool, cursor, held, f, nullptr);
+    kept.clear();
+  };
   auto read_once = [&](bool keep) {
-    const std::uint64_t epoch_before = core->epoch;
-    const bool gone_before = core->gone_reported;
-    Result<Frame> r = core->try_read(core);
-    if (!r) return;
-    const Frame& f = *r;
-    if (f.slot() >= slots) fail("frame slot out of range");
-    if (f.size() > kFrameBytes) fail("frame larger than frame_bytes");
-    if (f.data() != pool_base + f.slot() * kFrameBytes) fail("frame data is not its slot's buffer");
-    if (f.metadata().size() > kFuzzMetadataBytes) fail("metadata larger than its area");
-    if (!f.metadata().empty()) {
-      const auto* area = reinterpret_cast<const std::byte*>(view.frame_metadata(f.slot()));
-      if (f.metadata().data() != area) fail("metadata outside its slot's area");
+    const std::uint64_t epoch_before = cursor.epoch;
+    const bool gone_before = cursor.gone_reported;
+    FrameFields f;
+    if (next_frame(view, pool, cursor, held, f) != Status::ok) return;
+    if (f.slot >= slots) fail("frame slot out of range");
+    if (f.size > kFrameBytes) fail("frame larger than frame_bytes");
+    if (f.data != pool_base + f.slot * kFrameBytes) fail("frame data is not its slot's buffer");
+    const std::size_t metadata_size = f.metadata == nullptr ? 0 : f.metadata_bytes;
+    if (metadata_size > kFuzzMetadataBytes) fail("metadata larger than its area");
+    if (metadata_size != 0) {
+      const auto* area = reinterpret_cast<const std::byte*>(view.frame_metadata(f.slot));
+      if (f.metadata != area) fail("metadata outside its slot's area");
       unsigned sum = 0;
-      for (const std::byte b : f.metadata()) sum += static_cast<unsigned>(b);
+      for (std::size_t b = 0; b < metadata_size; ++b) sum += static_cast<unsigned>(f.metadata[b]);
       if (sum == 0xffffffffU) std::fprintf(stderr, "%u\n", sum);
     }
-    if (const auto t = f.tensor()) {
-      const auto span = tensor_span(*t);
-      if (!span || *span > f.size()) fail("a tensor larger than its frame was handed out");
-      if (f.tensor_invalid()) fail("a tensor handed out as invalid");
-      check_elements(*t, f.size(), f.data());
+    if (f.has_tensor) {
+      const auto span = tensor_span(f.tensor);
+      if (!span || *span > f.size) fail("a tensor larger than its frame was handed out");
+      if (f.tensor_invalid) fail("a tensor handed out as invalid");
+      check_elements(f.tensor, f.size, f.data);
     }
     // A frame is always of the reader's current epoch. That epoch may move on within this read
     // only when the end of the old one was reported already (producer_gone once per ended epoch).
-    if (f.epoch() != core->epoch) fail("frame of another epoch");
-    if (core->epoch != epoch_before && !gone_before) fail("new epoch without producer_gone");
-    if (keep) kept.push_back(std::move(*r));
+    if (f.epoch != cursor.epoch) fail("frame of another epoch");
+    if (cursor.epoch != epoch_before && !gone_before) fail("new epoch without producer_gone");
+    if (keep) {
+      kept.push_back(f);
+    } else {
+      (void)release_frame(view, pool, cursor, held, f, nullptr);
+    }
   };
 
   Input in{data, size, 2};
@@ -226,8 +231,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         read_once((index & 1) != 0);
         break;
       case 11:
-        kept.clear();
-        break;  // releases
+        release_kept();
+        break;
       case 12: {
         // A well-formed publication of sequence (v & 0xffff) into the slot, as the producer would.
         const std::uint64_t seq = v & 0xffff;
@@ -285,8 +290,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   for (int i = 0; i < 4; ++i) read_once(false);
-  kept.clear();
-  core.reset();
+  release_kept();
+  if (frames_held(held.load()) != 0) fail("frames left held after every release");
   std::free(base);
   return 0;
 }

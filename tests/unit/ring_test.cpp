@@ -4,24 +4,50 @@
 // fails as a unit), so the interleavings that matter can be driven deterministically from one
 // thread: a reader's view taken before the producer moves, then the reader's next step. These are
 // the cases the model (model/ipcring.pml) explores exhaustively; here they run against the real
-// C++ code.
+// C++ code: the slot atomics of ring.hpp, the producer's search, preparation and publication
+// (ring/writer.hpp) and the reader's cursor (ring/cursor.hpp), the same functions Producer and
+// Reader run.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "backend/pool.hpp"
+#include "ring/cursor.hpp"
 #include "ring/ring.hpp"
+#include "ring/writer.hpp"
 #include "segment/layout.hpp"
 
+using namespace ipcring;
 using namespace ipcring::detail;
 
 namespace {
 
+// Frame buffers in ordinary memory; prepare_write and before_publish answer what a test sets.
+class TestProducerPool final : public ProducerPool {
+ public:
+  std::byte* buffer(std::uint32_t slot) noexcept override { return bytes + slot; }
+  Status prepare_write(std::uint32_t, CudaStream) noexcept override { return prepare; }
+  Status before_publish(std::uint32_t, CudaStream) noexcept override { return publish; }
+  Status prepare = Status::ok;
+  Status publish = Status::ok;
+  std::byte bytes[64] = {};
+};
+
+class TestReaderPool final : public ReaderPool {
+ public:
+  const std::byte* buffer(std::uint32_t slot, std::uint64_t, std::uint64_t) noexcept override {
+    return fail ? nullptr : bytes + slot;
+  }
+  bool fail = false;
+  std::byte bytes[64] = {};
+};
+
 // A control segment in ordinary memory, laid out as in shared memory.
 struct MemorySegment {
-  explicit MemorySegment(std::uint32_t slots, std::uint32_t readers = 4) {
-    const Geometry g = compute_geometry(slots, readers, 1, 4096, 1, 4096);
+  explicit MemorySegment(std::uint32_t slots, std::uint32_t readers = 4, std::uint32_t held = 1) {
+    const Geometry g = compute_geometry(slots, readers, held, 4096, kBackendHost, 4096);
     memory.reset(static_cast<unsigned char*>(std::aligned_alloc(kLine, g.segment_bytes)));
     std::memset(memory.get(), 0, g.segment_bytes);
     view = SegmentView{memory.get(), g};
@@ -32,12 +58,16 @@ struct MemorySegment {
   std::unique_ptr<unsigned char, Free> memory;
   SegmentView view;
 
-  // The producer's publication of `seq` into slot i (P1 claim must have happened).
+  // The producer's publication of `seq` into slot i (P1 claim must have happened): the real
+  // publish_frame, descriptor, slot word, log entry and head.
   void publish(std::uint32_t i, std::uint64_t seq) {
-    view.slot(i).sequence.store(seq);
-    publish_slot(view.slot(i));
-    view.log(seq).store(LogWord::make(seq, i));
+    writer.next_sequence = seq;
+    std::uint64_t published = 0;
+    REQUIRE(publish_frame(view, pool, writer, i, 16, nullptr, published) == Status::ok);
+    REQUIRE(published == seq);
   }
+  WriterState writer;
+  TestProducerPool pool;
   std::uint64_t word(std::uint32_t i) { return view.slot(i).state.load(); }
 };
 
@@ -182,4 +212,256 @@ TEST_CASE("a dropped loan leaves the slot claimable and its generation unchanged
   CHECK_FALSE(SlotWord::writing(seg.word(0)));
   CHECK(SlotWord::generation(seg.word(0)) == 1);
   CHECK(claim_for_write(s));
+}
+
+// ---- the producer's search, preparation and publication (ring/writer.hpp) ----------------------
+
+namespace {
+
+struct CountingReap {
+  int calls = 0;
+  static void run(void* self) noexcept { ++static_cast<CountingReap*>(self)->calls; }
+  ReapHook hook() { return ReapHook{&CountingReap::run, this}; }
+};
+
+// A reader holding slot i (its bit set in the word), as after (R3).
+void hold(MemorySegment& seg, std::uint32_t i, std::uint64_t bit) {
+  std::uint64_t gen = 0;
+  REQUIRE(claim_for_read(seg.view.slot(i), bit, gen) == ClaimResult::claimed);
+}
+
+}  // namespace
+
+TEST_CASE("the search keeps the newest frame while another slot is free, and reaps only then") {
+  MemorySegment seg(3);
+  CountingReap reap;
+  for (std::uint64_t seq = 1; seq <= 3; ++seq) {
+    const std::uint32_t i = claim_free_slot(seg.view, seg.writer, reap.hook());
+    REQUIRE(i != kNoSlot);
+    REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::ok);
+    seg.publish(i, seq);
+  }
+  CHECK(reap.calls == 0);
+  const std::uint32_t newest = seg.writer.newest_slot;
+  hold(seg, (newest + 1) % 3, kReader0);
+  hold(seg, (newest + 2) % 3, kReader1);
+  // Only the newest frame's slot is free: the first pass skips it, the reap runs, and the sizing
+  // rule's passes (which may take the newest) claim it.
+  CHECK(claim_free_slot(seg.view, seg.writer, reap.hook()) == newest);
+  CHECK(reap.calls == 1);
+  CHECK(seg.writer.cursor == newest);
+  CHECK(seg.writer.loan_failures == 0);
+}
+
+TEST_CASE("a search that finds nothing counts a loan failure; an undersized channel stops early") {
+  // 2 slots, 4 readers, max_held 1: the sizing rule (slots >= readers * held + 2) does not hold,
+  // so the search ends at the first pass that sees the previous one's words.
+  MemorySegment seg(2);
+  CountingReap reap;
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    REQUIRE(claim_for_write(seg.view.slot(i)));
+    seg.publish(i, i + 1);
+    hold(seg, i, kReader0);
+  }
+  CHECK(claim_free_slot(seg.view, seg.writer, reap.hook()) == kNoSlot);
+  CHECK(reap.calls == 1);
+  CHECK(seg.writer.loan_failures == 1);
+  CHECK(seg.view.producer().loan_failures.load() == 1);
+}
+
+TEST_CASE("prepare_slot empties the descriptor and frame header; a refused slot keeps its frame") {
+  MemorySegment seg(2);
+  CountingReap reap;
+  std::uint32_t i = claim_free_slot(seg.view, seg.writer, reap.hook());
+  REQUIRE(i != kNoSlot);
+  REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::ok);
+  seg.view.frame_header(i).metadata_bytes.store(12);
+  seg.view.frame_header(i).capture_time_ns.store(99);
+  seg.publish(i, 1);
+  REQUIRE(seg.view.slot(i).sequence.load() == 1);
+  // Claimed again (as a loan would): prepared, the old publication is gone from the descriptor.
+  REQUIRE(claim_for_write(seg.view.slot(i)));
+  REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::ok);
+  CHECK(seg.view.slot(i).sequence.load() == 0);
+  CHECK(seg.view.frame_header(i).sequence.load() == 0);
+  CHECK(seg.view.frame_header(i).metadata_bytes.load() == 0);
+  CHECK(seg.view.frame_header(i).capture_time_ns.load() == 0);
+  CHECK(seg.writer.newest_slot == kNoSlot);
+  seg.publish(i, 2);
+  // The pool refuses (CUDA: a reader's GPU work still reads the buffer): unclaimed, frame kept.
+  seg.pool.prepare = Status::no_free_slot;
+  REQUIRE(claim_for_write(seg.view.slot(i)));
+  CHECK(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::no_free_slot);
+  CHECK_FALSE(SlotWord::writing(seg.word(i)));
+  CHECK(seg.view.slot(i).sequence.load() == 2);
+  CHECK(seg.writer.newest_slot == i);
+}
+
+TEST_CASE("publish_frame stores descriptor, log entry and head; a pool failure publishes nothing") {
+  MemorySegment seg(2);
+  REQUIRE(claim_for_write(seg.view.slot(1)));
+  seg.writer.epoch = 3;
+  seg.writer.next_sequence = 5;
+  std::uint64_t seq = 0;
+  REQUIRE(publish_frame(seg.view, seg.pool, seg.writer, 1, 40, nullptr, seq) == Status::ok);
+  CHECK(seq == 5);
+  CHECK(seg.writer.next_sequence == 6);
+  CHECK(seg.view.slot(1).epoch.load() == 3);
+  CHECK(seg.view.slot(1).bytes.load() == 40);
+  CHECK(seg.view.slot(1).buffer_index.load() == 1);
+  CHECK(seg.view.frame_header(1).sequence.load() == 5);
+  CHECK(seg.view.log(5).load() == LogWord::make(5, 1));
+  CHECK(seg.view.producer().head.load() == LogWord::make(5, 1));
+  CHECK(seg.view.producer().published.load() == 1);
+  CHECK(seg.writer.newest_slot == 1);
+  CHECK_FALSE(SlotWord::writing(seg.word(1)));
+  // before_publish fails (CUDA: the write-done event could not be recorded): a Status, the slot
+  // stays claimed, head and the sequence counter do not move.
+  REQUIRE(claim_for_write(seg.view.slot(0)));
+  seg.pool.publish = Status::backend_error;
+  std::uint64_t none = 0;
+  CHECK(publish_frame(seg.view, seg.pool, seg.writer, 0, 8, nullptr, none) ==
+        Status::backend_error);
+  CHECK(none == 0);
+  CHECK(SlotWord::writing(seg.word(0)));
+  CHECK(seg.writer.next_sequence == 6);
+  CHECK(seg.view.producer().head.load() == LogWord::make(5, 1));
+}
+
+// ---- the reader's cursor (ring/cursor.hpp) -----------------------------------------------------
+
+namespace {
+
+// A reader holding entry 0 of generation 1 under producer epoch 1, as attach leaves it.
+struct TestReader {
+  explicit TestReader(MemorySegment& segment, ReadPolicy policy, std::uint32_t index = 0)
+      : seg(segment) {
+    seg.view.producer().lease_word.store(LeaseWord::make(1, LeaseState::active));
+    seg.writer.epoch = 1;
+    seg.view.reader(index).lease_word.store(LeaseWord::make(1, LeaseState::active));
+    cursor.policy = policy;
+    cursor.index = index;
+    cursor.bit = SlotWord::bit(index);
+    cursor.entry_generation = 1;
+    cursor.epoch = 1;
+  }
+  Status next(FrameFields& f) { return next_frame(seg.view, pool, cursor, held, f); }
+  std::uint32_t release(const FrameFields& f) {
+    return release_frame(seg.view, pool, cursor, held, f, nullptr);
+  }
+  MemorySegment& seg;
+  TestReaderPool pool;
+  CursorState cursor;
+  std::atomic<std::uint32_t> held{0};
+};
+
+void produce(MemorySegment& seg, std::uint64_t frames) {
+  CountingReap reap;
+  for (std::uint64_t k = 0; k < frames; ++k) {
+    const std::uint32_t i = claim_free_slot(seg.view, seg.writer, reap.hook());
+    REQUIRE(i != kNoSlot);
+    REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::ok);
+    std::uint64_t seq = 0;
+    REQUIRE(publish_frame(seg.view, seg.pool, seg.writer, i, 16, nullptr, seq) == Status::ok);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cursor, latest policy: the newest frame, frames skipped counted, then no_frame") {
+  MemorySegment seg(4, 2, 2);
+  TestReader r(seg, ReadPolicy::latest);
+  FrameFields f;
+  CHECK(r.next(f) == Status::no_frame);
+  produce(seg, 1);
+  REQUIRE(r.next(f) == Status::ok);
+  CHECK(f.sequence == 1);
+  CHECK(f.skipped == 0);
+  CHECK(r.release(f) == 1);
+  produce(seg, 3);
+  FrameFields g;
+  REQUIRE(r.next(g) == Status::ok);
+  CHECK(g.sequence == 4);
+  CHECK(g.skipped == 2);
+  CHECK(g.data == r.pool.bytes + g.slot);
+  CHECK(g.size == 16);
+  CHECK(g.epoch == 1);
+  CHECK((SlotWord::mask(seg.word(g.slot)) & r.cursor.bit) != 0);
+  CHECK(r.held.load() == 1);
+  CHECK(seg.view.reader(0).frames_read.load() == 2);
+  FrameFields none;
+  CHECK(r.next(none) == Status::no_frame);
+  CHECK(r.release(g) == 1);
+  CHECK(SlotWord::mask(seg.word(g.slot)) == 0);
+  CHECK(r.cursor.overruns == 0);  // latest: skipping is not an overrun
+}
+
+TEST_CASE("cursor, sequential policy: every frame in order, lost ones counted as overruns") {
+  MemorySegment seg(4, 2, 2);
+  TestReader r(seg, ReadPolicy::sequential);
+  produce(seg, 2);
+  FrameFields f;
+  REQUIRE(r.next(f) == Status::ok);
+  CHECK(f.sequence == 1);
+  r.release(f);
+  REQUIRE(r.next(f) == Status::ok);
+  CHECK(f.sequence == 2);
+  r.release(f);
+  // Ten more frames through four slots: the log keeps the last log_size, slots the last few.
+  produce(seg, 10);
+  REQUIRE(r.next(f) == Status::ok);
+  CHECK(f.sequence > 3);
+  CHECK(r.cursor.overruns == f.sequence - 3);
+  CHECK(f.skipped == f.sequence - 3);
+  CHECK(seg.view.reader(0).overruns.load() == r.cursor.overruns);
+  r.release(f);
+}
+
+TEST_CASE("cursor: max_held, the evicted reader, the backend error and the epoch change") {
+  MemorySegment seg(4, 2, 1);
+  TestReader r(seg, ReadPolicy::latest);
+  produce(seg, 1);
+  FrameFields f;
+  REQUIRE(r.next(f) == Status::ok);
+  produce(seg, 1);
+  FrameFields g;
+  CHECK(r.next(g) == Status::max_held);
+  // The owner's flag above the frame count does not count as a frame.
+  r.held.fetch_or(~kHeldFramesMask);
+  CHECK(r.release(f) == (~kHeldFramesMask | 1U));
+  CHECK(frames_held(r.held.load()) == 0);
+  // The pool cannot map the buffer: backend_error, and the claim is undone.
+  r.pool.fail = true;
+  CHECK(r.next(g) == Status::backend_error);
+  CHECK(SlotWord::mask(seg.word(seg.writer.newest_slot)) == 0);
+  r.pool.fail = false;
+  // A takeover: the new epoch is reported once as producer_gone, then its frames are read.
+  seg.view.producer().lease_word.store(LeaseWord::make(2, LeaseState::active));
+  seg.writer.epoch = 2;
+  produce(seg, 1);
+  CHECK(r.next(g) == Status::producer_gone);
+  REQUIRE(r.next(g) == Status::ok);
+  CHECK(g.epoch == 2);
+  // Reaped: evicted, and the late release leaves the (reaper-cleared) slot alone.
+  clear_reader_bits(seg.view, 0);
+  seg.view.reader(0).lease_word.store(LeaseWord::make(1, LeaseState::free));
+  FrameFields h;
+  CHECK(r.next(h) == Status::evicted);
+  hold(seg, g.slot, kReader1);
+  r.release(g);
+  CHECK(SlotWord::mask(seg.word(g.slot)) == kReader1);
+}
+
+TEST_CASE("cursor: a frame of an ended epoch is never handed out once the new epoch is visible") {
+  MemorySegment seg(4, 2, 1);
+  TestReader r(seg, ReadPolicy::latest);
+  produce(seg, 1);  // epoch 1's frame
+  // The new producer's lease word is visible, but the reader has not seen the epoch change yet.
+  const std::uint64_t head = seg.view.producer().head.load();
+  seg.view.producer().lease_word.store(LeaseWord::make(2, LeaseState::active));
+  bool lost = false;
+  FrameFields f;
+  CHECK(claim_frame(seg.view, r.pool, r.cursor, 1, head, lost, f) == Status::no_frame);
+  CHECK(lost);
+  CHECK(SlotWord::mask(seg.word(LogWord::slot(head))) == 0);  // the claim was undone
 }

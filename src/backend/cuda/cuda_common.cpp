@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/clock.hpp"
+#include "common/process.hpp"
 #include "ipcring/error.hpp"
 
 namespace ipcring::detail::cuda {

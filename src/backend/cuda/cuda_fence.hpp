@@ -71,7 +71,7 @@ static_assert(!FenceWord::reached(0, FenceWord::make(1, 1)));  // a fresh segmen
 // stores after which a successor's fences start). No-op for a host segment.
 inline void reader_fences_reaped(const SegmentView& view, std::uint32_t reader,
                                  std::uint64_t entry_generation) noexcept {
-  if (view.geo.backend != 2 || reader >= view.geo.max_readers) return;
+  if (view.geo.backend != kBackendCuda || reader >= view.geo.max_readers) return;
   const std::uint64_t done = FenceWord::reaped(entry_generation);
   for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
     CudaSlot& cs = view.cuda_slot(i);

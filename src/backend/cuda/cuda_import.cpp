@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_import.hpp"
 
 #include "common/clock.hpp"
+#include "common/process.hpp"
 
 namespace ipcring::detail::cuda {
 

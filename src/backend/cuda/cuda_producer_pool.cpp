@@ -48,6 +48,7 @@
 #include "backend/cuda/cuda_import.hpp"
 #include "backend/cuda/cuda_pool.hpp"
 #include "common/clock.hpp"
+#include "common/process.hpp"
 #include "ipcring/error.hpp"
 
 namespace ipcring::detail {
