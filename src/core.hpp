@@ -20,7 +20,6 @@
 #include <string_view>
 
 #include "backend/pool.hpp"
-#include "follow.hpp"
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
@@ -37,7 +36,8 @@ class ProducerCore {
   // The construction paths of Producer::create (each throws Error on a refusal):
   // A new channel, made nameless and named only once complete. nullptr when someone named a
   // channel meanwhile (ours was never seen and is gone): look again.
-  // `instance_id` 0: a new random one (a producer restoring its name keeps its own, follow.hpp).
+  // `instance_id` 0: a new random one (a producer restoring its name keeps its own,
+  // producer/name_defence.hpp).
   static std::unique_ptr<ProducerCore> create_new(std::string_view name,
                                                   const ChannelConfig& config, const Geometry& geo,
                                                   std::uint64_t instance_id = 0);
@@ -73,8 +73,8 @@ class ProducerCore {
   const ChannelConfig& config() const noexcept { return config_; }
   std::uint64_t epoch() const noexcept { return writer_.epoch; }
   std::size_t metadata_capacity() const noexcept { return view_.geo.metadata_bytes; }
-  // Name defence (follow.hpp): false from the watcher's finding until the restore, and for good
-  // when another live producer holds the name.
+  // Name defence (producer/name_defence.hpp): false from the watcher's finding until the restore,
+  // and for good when another live producer holds the name.
   bool owns_name() const noexcept {
     return !watch_ || !watch_->changed.load(std::memory_order_relaxed);
   }
@@ -84,7 +84,7 @@ class ProducerCore {
   void take_token(NameToken& token) noexcept { token_ = std::move(token); }
 
  private:
-  friend class Follow;  // follow.cpp: the name's restore moves this core's state to a fresh one
+  friend class NameDefence;  // producer/name_defence.cpp: a restore moves this core's state on
 
   ProducerCore(std::string_view name, const ChannelConfig& config, std::uint64_t instance_id);
   static std::unique_ptr<ProducerCore> take_over(std::string_view name, const ChannelConfig& config,
@@ -108,8 +108,8 @@ class ProducerCore {
   bool loan_out_ = false;
   bool handle_gone_ = false;  // the Producer is gone; the outstanding loan ends the core
   bool holds_lease_ = false;
-  // Name defence (follow.hpp): the liveness token, the watcher's view of the name, and what
-  // defend_name found.
+  // Name defence (producer/name_defence.hpp): the liveness token, the watcher's view of the name,
+  // and what defend_name found.
   NameToken token_;
   std::shared_ptr<NameWatch> watch_;
   std::uint64_t next_defend_ns_ = 0;
@@ -153,12 +153,12 @@ class ReaderCore {
   std::uint32_t held() const noexcept { return frames_held(held_.load(std::memory_order_relaxed)); }
   std::uint64_t overruns() const noexcept { return cursor_.overruns; }
   std::uint64_t epoch() const noexcept { return cursor_.epoch; }
-  // Why following the name failed (empty: it did not; follow.hpp).
+  // Why following the name failed (empty: it did not; reader/follow.hpp).
   const std::string& follow_error() const noexcept { return follow_error_; }
 
  private:
   friend class Retirer;
-  friend class Follow;  // follow.cpp: a core that follows the name hands its cursor on
+  friend class Follow;  // reader/follow.cpp: a core that follows the name hands its cursor on
   static constexpr std::uint32_t kHandleBit = ~kHeldFramesMask;
 
   ReaderCore(std::string_view name, const ReaderOptions& options, const OpenedSegment& opened);
@@ -174,9 +174,19 @@ class ReaderCore {
   std::atomic<std::uint32_t> held_{kHandleBit};  // frames held | kHandleBit while the Reader lives
   bool holds_lease_ = false;
   ReaderCore* next_retired_ = nullptr;  // the Retirer's list
-  std::uint64_t follow_next_ns_ = 0;    // follow.hpp: next look at the name
+  std::uint64_t follow_next_ns_ = 0;    // reader/follow.hpp: next look at the name
   std::string follow_error_;            // why following the name failed (empty: it did not)
 };
+
+// Reader::attach: attaches a ReaderCore to the object now named `name` (Reader::attach; the caller
+// owns the one handle of the returned core: ReaderCore::drop_handle ends it).
+ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options);
+
+// Creates or takes over the channel (Producer::create without the token claim), holding `token`
+// (moved into the core on success) and using `instance_id` (0: a new random one).
+std::unique_ptr<ProducerCore> create_producer_core(std::string_view name,
+                                                   const ChannelConfig& config, NameToken& token,
+                                                   std::uint64_t instance_id);
 
 // Waits (bounded: 2 s) until the readers of this process whose last frame was released so far
 // are detached, so that a snapshot taken after the release sees their entries free, as program

@@ -14,7 +14,6 @@ namespace ipcring {
 
 namespace detail {
 class ReaderCore;
-ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options);
 }  // namespace detail
 
 // Reader: takes one entry of the channel's reader table (a lease held by a library thread, so it
@@ -65,7 +64,6 @@ class Reader {
 
  private:
   explicit Reader(detail::ReaderCore* core) noexcept;
-  friend detail::ReaderCore* detail::attach_reader_core(std::string_view, const ReaderOptions&);
   // Shared with the Frames it returned (counted in the core, no shared_ptr): the core ends with
   // the last of them.
   detail::ReaderCore* core_ = nullptr;

@@ -5,7 +5,6 @@
 #include <system_error>
 
 #include "ipcring/error.hpp"
-#include "segment/layout.hpp"
 
 namespace ipcring {
 

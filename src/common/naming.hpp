@@ -2,6 +2,7 @@
 // functions (ipcring/naming.hpp) are built from these and nothing else spells them.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -9,6 +10,7 @@
 
 namespace ipcring::detail {
 
+inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and a margin
 inline constexpr std::string_view kShmDirectory = "/dev/shm";
 inline constexpr std::string_view kObjectPrefix = "ipcring.";
 inline constexpr std::string_view kLegacyFramesSuffix = ".frames";

@@ -23,6 +23,12 @@
 // alive; exec closes it too (SOCK_CLOEXEC).
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -53,5 +59,17 @@ class NameToken {
 
 // The token's address as ringdump and messages show it ("@ipcring/<dev>/<channel>").
 std::string name_token_address(std::string_view channel);
+
+// What the watcher thread knows about one producer's name. `changed` is set by the watcher
+// (release) and read by the producer's loan (relaxed: the producer re-checks the name itself;
+// producer/name_defence.hpp).
+struct NameWatch {
+  std::string path;  // /dev/shm/ipcring.<channel>
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::uint64_t period_ns = 0;
+  std::atomic<bool> changed{false};
+  std::uint64_t next_check_ns = 0;  // the watcher's own (under its mutex)
+};
 
 }  // namespace ipcring::detail

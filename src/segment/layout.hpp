@@ -50,6 +50,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/naming.hpp"
+
 namespace ipcring::detail {
 
 // Fixed false-sharing distance. Deliberately a constant, not
@@ -75,7 +77,7 @@ inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the s
 inline constexpr std::uint32_t kMaxSlots = 1024;  // slot index fits in a log entry's low bits
 inline constexpr std::uint32_t kMaxHeld = 64;     // per-reader hold limit
 inline constexpr std::uint64_t kMaxFrameBytes = 1ULL << 40;
-inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and a margin
+// kMaxNameLength (common/naming.hpp): the longest channel name, stored in SegmentHeader::name.
 inline constexpr std::uint32_t kDefaultFrameMetadataBytes = 256;  // FrameHeader metadata area
 inline constexpr std::uint32_t kMaxFrameMetadataBytes = 4096;
 inline constexpr std::uint32_t kTensorDims = 8;

@@ -470,6 +470,13 @@ bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
   return still_named_object(object_name(channel), dev, ino);
 }
 
+// True when `path` names another object than (dev, ino), or nothing at all (`missing`).
+bool name_moved(const std::string& path, dev_t dev, ino_t ino, bool& missing) noexcept {
+  struct stat st {};
+  missing = stat(path.c_str(), &st) != 0;
+  return !missing && (st.st_dev != dev || st.st_ino != ino);
+}
+
 bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept {
   struct stat st {};
   if (stat(shm_path(object).c_str(), &st) != 0) return false;

@@ -121,6 +121,8 @@ const char* libc_identity() noexcept;
 
 // True when object_path(channel) is the object (dev, ino).
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept;
+// True when `path` names another object than (dev, ino); `missing` when it names nothing at all.
+bool name_moved(const std::string& path, dev_t dev, ino_t ino, bool& missing) noexcept;
 
 // Removes the name /dev/shm/<object> if it still refers to (dev, ino). Precondition: the caller
 // holds the repair lock of (dev, ino), which every remover takes, so the name cannot change between

@@ -1,6 +1,7 @@
-// reader.cpp — Reader: attach (take a lease), read frames (latest or sequential), release, wait.
-//
-// The ring algorithms it runs are src/ring/cursor.hpp's; this file is the objects' lifetime.
+// reader_core.cpp — the reader's core: attach (take a lease), read frames (latest or sequential),
+// release, wait, and the end of a core whose last frame outlived its Reader. The ring algorithms
+// it runs are src/ring/cursor.hpp's; this file is the object's lifetime (the facade, Reader and
+// Frame, is reader.cpp).
 // Concurrency: a Reader is used by one thread at a time; Frames may be released from any thread
 // (release touches only the slot word, an atomic counter and telemetry counters). The reader's
 // lease (its entry's robust mutex) is held by this process's lease keeper thread from attach until
@@ -294,30 +295,13 @@ ReaderCore::~ReaderCore() {
   }
 }
 
-}  // namespace detail
-
-// ---- public API ------------------------------------------------------------------------------
-
-Reader::Reader(detail::ReaderCore* core) noexcept : core_(core) {}
-Reader::Reader(Reader&& other) noexcept : core_(std::exchange(other.core_, nullptr)) {}
-Reader& Reader::operator=(Reader&& other) noexcept {
-  if (this != &other) {
-    detail::ReaderCore::drop_handle(core_);
-    core_ = std::exchange(other.core_, nullptr);
-  }
-  return *this;
-}
-Reader::~Reader() {
-  detail::ReaderCore::drop_handle(core_);
-}
-
 namespace {
 
-// Reader::attach with options.wait_for_channel > 0: attaches with no wait until the channel exists
-// and its creator has finished it (not_found and not_ready are retried every few milliseconds),
-// or the wait runs out (the last refusal is thrown, saying how long it waited). Any other refusal
-// is thrown at once.
-Reader attach_waiting(std::string_view name, ReaderOptions options) {
+// attach_reader_core with options.wait_for_channel > 0: attaches with no wait until the channel
+// exists and its creator has finished it (not_found and not_ready are retried every few
+// milliseconds), or the wait runs out (the last refusal is thrown, saying how long it waited). Any
+// other refusal is thrown at once.
+ReaderCore* attach_waiting(std::string_view name, ReaderOptions options) {
   using Clock = std::chrono::steady_clock;
   const std::chrono::nanoseconds wait = options.wait_for_channel;
   options.wait_for_channel = std::chrono::nanoseconds(0);
@@ -329,7 +313,7 @@ Reader attach_waiting(std::string_view name, ReaderOptions options) {
           : start + std::chrono::duration_cast<Clock::duration>(wait);
   for (;;) {
     try {
-      return Reader::attach(name, options);
+      return attach_reader_core(name, options);
     } catch (const Error& e) {
       if (e.code() != Errc::not_found && e.code() != Errc::not_ready) throw;
       const Clock::time_point now = Clock::now();
@@ -348,12 +332,6 @@ Reader attach_waiting(std::string_view name, ReaderOptions options) {
 
 }  // namespace
 
-Reader Reader::attach(std::string_view name, ReaderOptions options) {
-  return Reader(detail::attach_reader_core(name, options));
-}
-
-namespace detail {
-
 ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options) {
   validate_name(name);
   if (options.wait_for_channel.count() < 0) {
@@ -361,10 +339,7 @@ ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& optio
                                             std::to_string(options.wait_for_channel.count()) +
                                             " ns)");
   }
-  if (options.wait_for_channel.count() > 0) {
-    Reader r = attach_waiting(name, options);
-    return std::exchange(r.core_, nullptr);
-  }
+  if (options.wait_for_channel.count() > 0) return attach_waiting(name, options);
   if (options.policy != ReadPolicy::latest && options.policy != ReadPolicy::sequential) {
     throw Error(Errc::invalid_argument, channel_prefix(name) + "unknown read policy " +
                                             std::to_string(static_cast<unsigned>(options.policy)));
@@ -375,94 +350,5 @@ ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& optio
 }
 
 }  // namespace detail
-
-Result<Frame> Reader::try_read() noexcept {
-  Result<Frame> r = core_->try_read();
-  if (r || (r.status() != Status::no_frame && r.status() != Status::producer_gone)) return r;
-  return detail::follow_after(core_, std::move(r));  // follow.hpp: rate-limited, loads only
-}
-Result<Frame> Reader::read(std::chrono::nanoseconds timeout) noexcept {
-  return detail::read_following(
-      core_, static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count())));
-}
-std::string_view Reader::follow_error() const noexcept {
-  return core_->follow_error();
-}
-std::uint32_t Reader::index() const noexcept {
-  return core_->index();
-}
-std::uint32_t Reader::held() const noexcept {
-  return core_->held();
-}
-std::uint64_t Reader::overruns() const noexcept {
-  return core_->overruns();
-}
-std::uint64_t Reader::epoch() const noexcept {
-  return core_->epoch();
-}
-std::string_view Reader::name() const noexcept {
-  return core_->name();
-}
-std::size_t Reader::frame_bytes() const noexcept {
-  return core_->geometry().frame_bytes;
-}
-std::uint32_t Reader::max_held() const noexcept {
-  return core_->geometry().max_held;
-}
-Backend Reader::backend() const noexcept {
-  return core_->geometry().backend == detail::kBackendCuda ? Backend::cuda : Backend::host;
-}
-
-// ---- Frame ---------------------------------------------------------------------------------
-
-Frame::Frame(Frame&& other) noexcept {
-  *this = std::move(other);
-}
-
-Frame& Frame::operator=(Frame&& other) noexcept {
-  if (this != &other) {
-    release();
-    core_ = std::exchange(other.core_, nullptr);
-    fields_ = other.fields_;
-    other.fields_.data = nullptr;
-    other.fields_.metadata = nullptr;
-  }
-  return *this;
-}
-
-Frame::~Frame() {
-  release();
-}
-
-bool Frame::held() const noexcept {
-  // A fork child inherits the parent's Frame objects, not its bits: it holds nothing.
-  return core_ != nullptr && !core_->forked();
-}
-
-const std::byte* Frame::data() const noexcept {
-  return held() ? fields_.data : nullptr;
-}
-
-void Frame::release() noexcept {
-  release(nullptr);
-}
-
-void Frame::release(CudaStream stream) noexcept {
-  if (core_ == nullptr) return;
-  detail::ReaderCore* core = std::exchange(core_, nullptr);
-  fields_.data = nullptr;
-  core->release(*this, stream);  // may end the core (never here: see ReaderCore::release)
-}
-
-void Frame::reset() noexcept {
-  core_ = nullptr;
-  fields_.data = nullptr;
-}
-
-Status Frame::wait_on(CudaStream stream) noexcept {
-  if (core_ == nullptr) return Status::no_frame;
-  if (core_->forked()) return Status::forked;
-  return core_->wait_on(fields_.slot, stream);
-}
 
 }  // namespace ipcring

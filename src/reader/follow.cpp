@@ -1,0 +1,131 @@
+// follow.cpp — a reader follows its channel by name across a clean restart or a re-creation
+// (follow.hpp has the overview, docs/protocol.md "Following a channel by name" the argument).
+//
+// Concurrency: follow_after and read_following run on the Reader's one thread.
+#include "reader/follow.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "common/clock.hpp"
+#include "core.hpp"
+#include "ipcring/error.hpp"
+#include "ipcring/naming.hpp"
+#include "lease/lease.hpp"
+#include "lease/name_token.hpp"
+#include "segment/layout.hpp"
+#include "segment/segment.hpp"
+
+namespace ipcring::detail {
+
+namespace {
+
+std::uint64_t probe_ns(const ReaderOptions& o) noexcept {
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(1'000'000, o.producer_probe.count()));
+}
+
+}  // namespace
+
+// ReaderCore's friend: what following reads of the old core and hands on to the new one.
+class Follow {
+ public:
+  static Result<Frame> after(ReaderCore*& core, Result<Frame> result) noexcept;
+};
+
+Result<Frame> follow_after(ReaderCore*& core, Result<Frame> result) noexcept {
+  return Follow::after(core, std::move(result));
+}
+
+Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
+  ReaderCore& c = *core;
+  const bool reported_now = result.status() == Status::producer_gone;
+  if (c.forked()) return result;
+  // Rate: at once when the core has just reported the end of its producer (a restart's new object
+  // is usually there already), otherwise at most once per probe period.
+  const std::uint64_t now = monotonic_ns();
+  if (!reported_now && now < c.follow_next_ns_) return result;
+  c.follow_next_ns_ = now + probe_ns(c.options_);
+  // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
+  // name is looked at only once the object's producer has ended. Loads only.
+  if (producer_lease_alive(c.view_)) return result;
+  ReaderCore* next = nullptr;
+  try {
+    bool missing = false;
+    if (!name_moved(object_path(c.name_), c.mapping_->device(), c.mapping_->inode(), missing)) {
+      return result;  // no name (yet), or still this object: a takeover may come here
+    }
+    ReaderOptions o = c.options_;
+    o.wait_for_channel = std::chrono::nanoseconds(0);
+    next = attach_reader_core(c.name_, o);
+  } catch (const Error& e) {
+    // Not there or not finished yet: look again next period. Anything else (permissions, layout
+    // version, every reader entry taken, a corrupt object) is reported once, as evicted, with the
+    // message (naming the channel and the values) in Reader::follow_error().
+    if (e.code() == Errc::not_found || e.code() == Errc::not_ready) return result;
+    if (reported_now) {  // the end of our producer first; the refusal on the next look
+      c.follow_next_ns_ = now;
+      return result;
+    }
+    try {
+      std::string text = std::string("cannot follow the channel to its new object: ") + e.what();
+      if (c.follow_error_ == text) return result;
+      c.follow_error_ = std::move(text);
+    } catch (...) {
+      return result;  // out of memory while saying so
+    }
+    return Status::evicted;
+  } catch (...) {
+    return result;  // out of memory: try again next period
+  }
+  // The same producer (instance id) moved to a fresh object to restore its name: no producer
+  // ended, the sequence numbers go on, and nothing is reported.
+  const std::uint64_t old_instance = c.view_.producer().instance_id.load(std::memory_order_relaxed);
+  const std::uint64_t new_instance =
+      next->view_.producer().instance_id.load(std::memory_order_relaxed);
+  const bool moved = old_instance != 0 && old_instance == new_instance;
+  if (moved) {
+    // Go on from the last frame read (a sequential reader then reads what the new object
+    // published before we came, and counts what the old one published unread as overruns).
+    const std::uint64_t head =
+        LogWord::sequence(next->view_.producer().head.load(std::memory_order_acquire));
+    if (c.cursor_.last_sequence <= head) next->cursor_.last_sequence = c.cursor_.last_sequence;
+    next->cursor_.overruns = c.cursor_.overruns;
+    next->view_.reader(next->cursor_.index)
+        .last_sequence.store(next->cursor_.last_sequence, std::memory_order_relaxed);
+  }
+  // producer_gone exactly once per ended producer: now, unless the core reported it already.
+  const bool report = !moved && !c.cursor_.gone_reported;
+  c.cursor_.gone_reported = true;
+  // The old core lives on in the frames still held (their mapping and lease stay valid) and ends
+  // with the last of them; with none held it ends (detaches) here.
+  ReaderCore::drop_handle(core);
+  core = next;
+  if (report) return Status::producer_gone;
+  if (reported_now && !moved) return result;
+  return core->try_read();
+}
+
+Result<Frame> read_following(ReaderCore*& core, std::uint64_t timeout_ns) noexcept {
+  const std::uint64_t start = monotonic_ns();
+  const std::uint64_t deadline = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
+  for (;;) {
+    const std::uint64_t now = monotonic_ns();
+    const std::uint64_t slice =
+        std::min(deadline - std::min(deadline, now), probe_ns(core->options()));
+    Result<Frame> r = core->read(slice);
+    if (r) return r;
+    const Status st = r.status();
+    if (st != Status::timeout && st != Status::no_frame && st != Status::producer_gone) return r;
+    const ReaderCore* before = core;
+    r = follow_after(core, st == Status::timeout ? Result<Frame>(Status::no_frame) : std::move(r));
+    if (r || r.status() != Status::no_frame) return r;
+    if (core != before) continue;  // followed: read the new object at once
+    if (monotonic_ns() >= deadline) return Status::timeout;
+  }
+}
+
+}  // namespace ipcring::detail
