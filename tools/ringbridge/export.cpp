@@ -1,15 +1,14 @@
 // export.cpp — ringbridge export: read a channel, write each frame as one DDS sample.
 //
-// A channel is told apart from a later one of the same name by its creation time (inspect()).
-// While the channel under the name is the one the Reader attached to, the Reader follows it as
-// any reader does: a producer that takes a crashed one's channel over (new epoch) gives
-// producer_gone once, then its frames. When the name is gone, or names a channel created anew
-// (whose objects the Reader would never see), the exporter drops its Reader and attaches by name
-// again, waiting. It looks after every producer_gone, then at every empty read until a frame
-// comes, and otherwise after a second without frames. A frame already sent (same channel, epoch
-// and sequence or older, as a new Reader of the same channel may return its newest frame again)
-// is skipped and counted as a duplicate. It holds one
-// frame at a time: the frame is released as soon as dds_write has serialised it.
+// The Reader follows the channel by name as any reader does: a producer that takes a crashed
+// one's channel over (new epoch), and a channel closed and created anew under the name (a clean
+// restart, a removal and re-creation), give producer_gone once, then the new producer's frames.
+// A channel is told apart from a later one of the same name by its creation time (inspect()),
+// looked at once after each producer_gone: a new one counts as `reattached`. Only a Reader that
+// cannot go on (evicted, forked, a backend error) is dropped for a new one, attached by name; a
+// frame already sent (same channel, epoch and sequence or older, as a new Reader of the same
+// channel may return its newest frame again) is then skipped and counted as a duplicate. It
+// holds one frame at a time: the frame is released as soon as dds_write has serialised it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,11 +24,6 @@ namespace {
 
 using namespace std::chrono;
 
-bool channel_listed(const std::string& name) {
-  const auto names = list_channels();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 struct ExportStats {
   std::uint64_t read = 0;            // frames read from the channel
   std::uint64_t sent = 0;            // samples written
@@ -39,8 +33,8 @@ struct ExportStats {
   std::uint64_t write_errors = 0;    // writes that failed otherwise (frame dropped)
   std::uint64_t overruns = 0;        // sequential policy: frames the channel overwrote unread
   std::uint64_t producer_gone = 0;
-  std::uint64_t reattached = 0;
-  std::uint64_t duplicates = 0;  // frames read again after a re-attach (not sent twice)
+  std::uint64_t reattached = 0;  // the channel was followed to one created anew under its name
+  std::uint64_t duplicates = 0;  // frames read again by a replacing Reader (not sent twice)
 };
 
 class Exporter {
@@ -78,8 +72,7 @@ class Exporter {
         if (!handle_status(f.status())) break;
         continue;
       }
-      idle_since_ = steady_clock::now();
-      suspect_ = false;
+      if (suspect_) followed();
       ++stats_.read;
       if (sent_created_ == attached_created_ && f->epoch() == sent_epoch_ &&
           f->sequence() <= sent_sequence_) {
@@ -122,7 +115,6 @@ class Exporter {
                        o_.channel.c_str(), first ? "attached" : "re-attached",
                        static_cast<unsigned long long>(reader_->epoch()), reader_->frame_bytes());
         }
-        idle_since_ = steady_clock::now();
         return true;
       } catch (const Error& e) {
         const bool not_yet = e.code() == Errc::not_found || e.code() == Errc::not_ready;
@@ -156,9 +148,21 @@ class Exporter {
     }
   }
 
-  // False when the channel we attached to was removed (and perhaps created anew).
-  bool still_ours() const {
-    return channel_listed(o_.channel) && created_ns() == attached_created_;
+  // The first frame after a producer_gone: the Reader is on the channel now under the name,
+  // the one it was on (a takeover) or one created anew.
+  void followed() {
+    suspect_ = false;
+    const std::uint64_t now_created = created_ns();
+    if (now_created == 0 || now_created == attached_created_) return;
+    attached_created_ = now_created;
+    ++stats_.reattached;
+    if (!o_.quiet) {
+      std::fprintf(stderr,
+                   "ringbridge export %s: following the channel created anew (epoch %llu, %zu-byte "
+                   "frames)\n",
+                   o_.channel.c_str(), static_cast<unsigned long long>(reader_->epoch()),
+                   reader_->frame_bytes());
+    }
   }
 
   void reattach() {
@@ -173,20 +177,13 @@ class Exporter {
     switch (st) {
       case Status::timeout:
       case Status::no_frame:
-        // A channel removed while we waited (its producer closed it) yields no frames: look for
-        // it now and then, and follow it by name when it is gone or replaced.
-        if (suspect_ || steady_clock::now() - idle_since_ > seconds(1)) {
-          idle_since_ = steady_clock::now();
-          if (!still_ours()) reattach();
-        }
-        return !tools::stop_requested();
+        return !tools::stop_requested();  // the Reader follows a channel created anew itself
       case Status::producer_gone:
         ++stats_.producer_gone;
         if (!o_.quiet) {
           std::fprintf(stderr, "ringbridge export %s: producer gone\n", o_.channel.c_str());
         }
-        suspect_ = true;  // closed (soon removed, perhaps re-created) or taken over: watch
-        if (!still_ours()) reattach();
+        suspect_ = true;  // closed or taken over: the next frame says which channel it is on
         return !tools::stop_requested();
       default:
         // evicted (reaped or repaired), forked, backend error: a fresh Reader is the way out.
@@ -289,7 +286,6 @@ class Exporter {
   std::uint64_t sent_sequence_ = 0;
   ExportStats stats_;
   steady_clock::time_point start_;
-  steady_clock::time_point idle_since_;
 };
 
 }  // namespace
