@@ -115,7 +115,6 @@ class ProducerCore {
   std::uint64_t next_defend_ns_ = 0;
   std::uint64_t name_restores_ = 0;
   std::uint32_t name_refusals_ = 0;  // consecutive restores refused by a live producer
-  bool name_taken_ = false;
   std::string name_problem_;
 };
 

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>  // kept for code that relied on it
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -154,7 +154,6 @@ class Frame {
  private:
   friend class Reader;
   friend class detail::ReaderCore;
-  void reset() noexcept;
 
   // The reader's core, kept alive while this frame is held (the core counts its frames, so a
   // frame costs no shared_ptr copy); nullptr when released.

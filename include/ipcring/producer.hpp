@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>  // kept for code that relied on it
+#include <memory>
 #include <string_view>
 
 #include "ipcring/config.hpp"

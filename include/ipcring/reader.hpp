@@ -3,7 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>  // kept for code that relied on it
+#include <memory>
 #include <string_view>
 
 #include "ipcring/config.hpp"
@@ -41,7 +41,10 @@ class Reader {
   // it by itself: producer_gone is reported once for the ended producer, then the new producer's
   // frames are returned (their geometry may differ: frame_bytes() and max_held() follow). Frames
   // still held stay valid until released. The name is looked at only while no new frame comes
-  // and the producer looks gone, at most once per options.producer_probe.
+  // and the producer looks gone, at most once per options.producer_probe. A new object this
+  // reader cannot attach to (every entry taken, permissions, layout version) gives
+  // Status::evicted once with follow_error() saying why; the reader stays on the ended channel
+  // and looks again (it need not be replaced).
   [[nodiscard]] Result<Frame> try_read() noexcept;
   // Blocking: spins for options.spin, then sleeps on the channel's futex. Returns
   // Status::timeout when `timeout` runs out. Status::producer_gone when the producer is found dead
@@ -51,7 +54,7 @@ class Reader {
   [[nodiscard]] Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
 
   std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
-  std::uint32_t held() const noexcept;      // frames currently held
+  std::uint32_t held() const noexcept;      // frames held of the channel object it reads now
   std::uint64_t overruns() const noexcept;  // sequential policy: frames lost so far
   std::uint64_t epoch() const noexcept;     // producer epoch last seen
   std::string_view name() const noexcept;

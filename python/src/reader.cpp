@@ -47,16 +47,17 @@ class PyReader {
     o.copy_on_write = true;
     state_->name = name;
     attach_waiting(name, o, wait);
-    Backend backend = Backend::host;
-    {
-      py::gil_scoped_release nogil;
-      // The public Reader does not say which backend its channel uses; the snapshot does.
-      backend = ipcring::inspect(name).backend;
-    }
+    adopt_backend();
+    policy_ = o.policy;
+  }
+
+  // The backend and device of the channel the C++ Reader is on now: at attach, and again when it
+  // followed the channel's name to an object of another backend (a restart as a CUDA channel).
+  void adopt_backend() {
+    const Backend backend = state_->reader->backend();
     state_->backend = backend;
     state_->device =
-        device_for_backend(backend, backend == Backend::cuda ? reader_device() : 0, name);
-    policy_ = o.policy;
+        device_for_backend(backend, backend == Backend::cuda ? reader_device() : 0, state_->name);
   }
 
   // The CUDA device the reader maps frames into: the calling thread's current device at attach
@@ -169,8 +170,13 @@ class PyReader {
         raise_status(s, ch + "the producer closed or died (epoch " +
                             std::to_string(state_->reader ? state_->reader->epoch() : 0) +
                             " ended); this reader stays attached and reads the frames of a "
-                            "producer that takes the channel over");
+                            "producer that takes the channel over or creates it anew");
       case Status::evicted:
+        if (state_->reader && !state_->reader->follow_error().empty()) {
+          // Not evicted: the channel was created anew and this reader cannot follow it yet (it
+          // stays on the old one and looks again every producer_probe).
+          raise_status(s, ch + std::string(state_->reader->follow_error()));
+        }
         raise_status(s, ch + "this reader's lease was taken away (reaped or repaired); attach a "
                              "new Reader");
       case Status::max_held: {
@@ -191,6 +197,7 @@ class PyReader {
   }
 
   py::object make_frame(Frame&& frame) {
+    if (state_->reader && state_->reader->backend() != state_->backend) adopt_backend();
     PyFrame f;
     f.channel = state_->name;
     f.data = frame.data();

@@ -156,7 +156,14 @@ void NameDefence::defend(ProducerCore*& core) noexcept {
     w.loan_failures += c.writer_.loan_failures;
     fresh->view_.producer().published.store(w.published, std::memory_order_relaxed);
     fresh->name_restores_ = c.name_restores_ + 1;
-    watch_name(*fresh);
+    try {
+      watch_name(*fresh);
+    } catch (...) {
+      // Out of memory or threads: keep the old object, and our token, and try again next period
+      // (the fresh object closes and its name goes with it).
+      c.token_ = std::move(fresh->token_);
+      return;
+    }
     // The old core closes now (no loan is out): its readers see it closed, find our instance id
     // under the name and follow without a producer_gone.
     ProducerCore::drop_handle(core);
@@ -176,11 +183,11 @@ void NameDefence::report_failed_restore(ProducerCore& c, const Error& e, bool mi
                        (missing ? " was removed" : " now refers to another object") +
                        " and this producer (pid " + std::to_string(getpid()) +
                        ") could not restore it: " + e.what();
+    if (e.code() != Errc::producer_exists) c.name_refusals_ = 0;  // a run of refusals ended
     if (e.code() == Errc::producer_exists) {
       // A producer refused by our token holds the name for a moment before it closes again:
       // report only a refusal that persists over two tries.
       if (++c.name_refusals_ < 2) return;
-      c.name_taken_ = true;
       text +=
           ". This producer keeps publishing to the readers attached to it and does not fight "
           "over the name (the other producer could not see its liveness token " +

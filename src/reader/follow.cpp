@@ -87,13 +87,17 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   const std::uint64_t new_instance =
       next->view_.producer().instance_id.load(std::memory_order_relaxed);
   const bool moved = old_instance != 0 && old_instance == new_instance;
+  next->cursor_.overruns = c.cursor_.overruns;  // frames lost so far, whatever the object
   if (moved) {
     // Go on from the last frame read (a sequential reader then reads what the new object
-    // published before we came, and counts what the old one published unread as overruns).
+    // published before we came, and counts what the old one published unread as overruns). The
+    // moved producer's sequence numbers go on from the old object's, also when the new object
+    // has published nothing yet (head 0).
     const std::uint64_t head =
         LogWord::sequence(next->view_.producer().head.load(std::memory_order_acquire));
-    if (c.cursor_.last_sequence <= head) next->cursor_.last_sequence = c.cursor_.last_sequence;
-    next->cursor_.overruns = c.cursor_.overruns;
+    if (head == 0 || c.cursor_.last_sequence <= head) {
+      next->cursor_.last_sequence = c.cursor_.last_sequence;
+    }
     next->view_.reader(next->cursor_.index)
         .last_sequence.store(next->cursor_.last_sequence, std::memory_order_relaxed);
   }

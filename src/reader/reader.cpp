@@ -108,11 +108,6 @@ void Frame::release(CudaStream stream) noexcept {
   core->release(*this, stream);  // may end the core (never here: see ReaderCore::release)
 }
 
-void Frame::reset() noexcept {
-  core_ = nullptr;
-  fields_.data = nullptr;
-}
-
 Status Frame::wait_on(CudaStream stream) noexcept {
   if (core_ == nullptr) return Status::no_frame;
   if (core_->forked()) return Status::forked;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -45,16 +44,30 @@ class Retirer {
     return *retirer;
   }
   // Slow path (attach): makes sure the thread runs in this process (a fork child starts its own).
+  // No mutex: a fork while another thread starts the thread would copy it locked. The thread
+  // that moves started_gen_ to this generation's "starting" mark starts it; others wait for it.
   void start() {
-    const std::uint64_t gen = fork_generation();
-    if (started_gen_.load(std::memory_order_acquire) == gen + 1) return;
-    const std::lock_guard lock(start_mutex_);
-    if (started_gen_.load(std::memory_order_relaxed) == gen + 1) return;
+    const std::uint64_t want = fork_generation() + 1;
+    const std::uint64_t starting = want | kStarting;
+    for (;;) {
+      std::uint64_t seen = started_gen_.load(std::memory_order_acquire);
+      if (seen == want) return;
+      if (seen == starting) {
+        std::this_thread::yield();
+        continue;
+      }
+      if (started_gen_.compare_exchange_weak(seen, starting, std::memory_order_acq_rel)) break;
+    }
     // A fork child: the parent's queue and its counts are not ours.
     head_.store(nullptr, std::memory_order_relaxed);
     ended_.store(pushed_.load(std::memory_order_relaxed), std::memory_order_relaxed);
-    std::thread([this] { run(); }).detach();
-    started_gen_.store(gen + 1, std::memory_order_release);
+    try {
+      std::thread([this] { run(); }).detach();
+    } catch (...) {
+      started_gen_.store(0, std::memory_order_release);  // the next attach tries again
+      throw;
+    }
+    started_gen_.store(want, std::memory_order_release);
   }
   void push(ReaderCore* core) noexcept {
     core->next_retired_ = head_.load(std::memory_order_relaxed);
@@ -104,10 +117,11 @@ class Retirer {
     }
   }
   std::atomic<ReaderCore*> head_{nullptr};
-  std::atomic<std::uint32_t> pushed_{0};       // cores pushed so far (a futex word)
-  std::atomic<std::uint32_t> ended_{0};        // cores ended so far (a futex word)
+  std::atomic<std::uint32_t> pushed_{0};  // cores pushed so far (a futex word)
+  std::atomic<std::uint32_t> ended_{0};   // cores ended so far (a futex word)
+  static constexpr std::uint64_t kStarting = std::uint64_t{1} << 63;
   std::atomic<std::uint64_t> started_gen_{0};  // fork_generation() + 1 of the running thread
-  std::mutex start_mutex_;
+                                               // (| kStarting while it is being started)
 };
 
 void finish_retired_readers() noexcept {

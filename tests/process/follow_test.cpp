@@ -135,6 +135,38 @@ TEST_CASE("a reader follows a clean producer restart (read with a timeout)") {
   clean_restart(true);
 }
 
+TEST_CASE(
+    "frames of the old object outlive the Reader that followed; each core ends with its last") {
+  ScopedChannel ch("follow-outlive");
+  Shared<Control> a, b;
+  ChannelConfig cfg{.slots = 6, .max_readers = 2, .max_held = 2, .frame_bytes = 4096};
+  const pid_t pa = spawn_producer(ch.name(), cfg, 'A', *a);
+  std::optional<Reader> r(Reader::attach(ch.name(), {.wait_for_channel = 10s}));
+  Result<Frame> old_frame = Status::no_frame;
+  REQUIRE(eventually([&] { return static_cast<bool>(old_frame = r->try_read()); }));
+  a->stop.store(1);
+  CHECK(wait_exit(pa) == 0);
+  const pid_t pb = spawn_producer(ch.name(), cfg, 'B', *b);
+  Result<Frame> new_frame = Status::no_frame;
+  int gone = 0;
+  REQUIRE(eventually([&] {
+    new_frame = r->try_read();
+    if (!new_frame && new_frame.status() == Status::producer_gone) ++gone;
+    return new_frame && static_cast<char>(new_frame->data()[0]) == 'B';
+  }));
+  CHECK(gone == 1);
+  CHECK(r->held() == 1);  // of the object it reads now; the old frame is counted by its own core
+  r.reset();              // the Reader goes first; both frames keep their cores
+  CHECK(static_cast<char>(old_frame->data()[0]) == 'A');
+  CHECK(static_cast<char>(new_frame->data()[0]) == 'B');
+  CHECK(inspect(ch.name()).readers.size() == 1);  // the new core's entry, held by its frame
+  old_frame->release();
+  new_frame->release();  // the last frame of the new core: its entry is given back
+  CHECK(inspect(ch.name()).readers.empty());
+  b->stop.store(1);
+  CHECK(wait_exit(pb) == 0);
+}
+
 TEST_CASE("a reader follows a removal and re-creation of the channel's object") {
   ScopedChannel ch("follow-recreate");
   Shared<Control> a, b;
