@@ -34,10 +34,40 @@ std::uint64_t probe_ns(const ReaderOptions& o) noexcept {
 class Follow {
  public:
   static Result<Frame> after(ReaderCore*& core, Result<Frame> result) noexcept;
+
+ private:
+  static bool hand_on(const ReaderCore& old, ReaderCore& next) noexcept;
 };
 
 Result<Frame> follow_after(ReaderCore*& core, Result<Frame> result) noexcept {
   return Follow::after(core, std::move(result));
+}
+
+// What the old core hands on to the one that follows the name; true when the same producer
+// (instance id) moved to a fresh object to restore its name.
+bool Follow::hand_on(const ReaderCore& old, ReaderCore& next) noexcept {
+  // The same producer (instance id) moved to a fresh object to restore its name: no producer
+  // ended, the sequence numbers go on, and nothing is reported.
+  const std::uint64_t old_instance =
+      old.view_.producer().instance_id.load(std::memory_order_relaxed);
+  const std::uint64_t new_instance =
+      next.view_.producer().instance_id.load(std::memory_order_relaxed);
+  const bool moved = old_instance != 0 && old_instance == new_instance;
+  next.cursor_.overruns = old.cursor_.overruns;  // frames lost so far, whatever the object
+  if (moved) {
+    // Go on from the last frame read (a sequential reader then reads what the new object
+    // published before we came, and counts what the old one published unread as overruns). The
+    // moved producer's sequence numbers go on from the old object's, also when the new object
+    // has published nothing yet (head 0).
+    const std::uint64_t head =
+        LogWord::sequence(next.view_.producer().head.load(std::memory_order_acquire));
+    if (head == 0 || old.cursor_.last_sequence <= head) {
+      next.cursor_.last_sequence = old.cursor_.last_sequence;
+    }
+    next.view_.reader(next.cursor_.index)
+        .last_sequence.store(next.cursor_.last_sequence, std::memory_order_relaxed);
+  }
+  return moved;
 }
 
 Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
@@ -81,26 +111,7 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   } catch (...) {
     return result;  // out of memory: try again next period
   }
-  // The same producer (instance id) moved to a fresh object to restore its name: no producer
-  // ended, the sequence numbers go on, and nothing is reported.
-  const std::uint64_t old_instance = c.view_.producer().instance_id.load(std::memory_order_relaxed);
-  const std::uint64_t new_instance =
-      next->view_.producer().instance_id.load(std::memory_order_relaxed);
-  const bool moved = old_instance != 0 && old_instance == new_instance;
-  next->cursor_.overruns = c.cursor_.overruns;  // frames lost so far, whatever the object
-  if (moved) {
-    // Go on from the last frame read (a sequential reader then reads what the new object
-    // published before we came, and counts what the old one published unread as overruns). The
-    // moved producer's sequence numbers go on from the old object's, also when the new object
-    // has published nothing yet (head 0).
-    const std::uint64_t head =
-        LogWord::sequence(next->view_.producer().head.load(std::memory_order_acquire));
-    if (head == 0 || c.cursor_.last_sequence <= head) {
-      next->cursor_.last_sequence = c.cursor_.last_sequence;
-    }
-    next->view_.reader(next->cursor_.index)
-        .last_sequence.store(next->cursor_.last_sequence, std::memory_order_relaxed);
-  }
+  const bool moved = hand_on(c, *next);
   // producer_gone exactly once per ended producer: now, unless the core reported it already.
   const bool report = !moved && !c.cursor_.gone_reported;
   c.cursor_.gone_reported = true;

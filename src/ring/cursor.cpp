@@ -121,11 +121,12 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   return Status::ok;
 }
 
-Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
-                  std::atomic<std::uint32_t>& held, FrameFields& f) noexcept {
-  if (reader_evicted(view, state)) return Status::evicted;
-  ProducerBlock& p = view.producer();
-  const std::uint64_t pw = p.lease_word.load(std::memory_order_acquire);
+namespace {
+
+// The producer's epoch and state as this cursor last saw them: producer_gone once per ended
+// epoch, no_frame once closed, ok to read on.
+Status follow_epoch(const SegmentView& view, CursorState& state) noexcept {
+  const std::uint64_t pw = view.producer().lease_word.load(std::memory_order_acquire);
   if (LeaseWord::generation(pw) != state.epoch) {
     // A new producer took the channel over: report the end of the old epoch once (unless the
     // probe or the closed state reported it already). Frames of the old epoch are never returned
@@ -142,6 +143,45 @@ Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
     }
     return Status::no_frame;
   }
+  return Status::ok;
+}
+
+// A claimed frame: the cursor moves to it, the frame is counted, the reader's telemetry updated.
+void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::uint32_t>& held,
+                 std::uint64_t target, FrameFields& f) noexcept {
+  ReaderEntry& entry = view.reader(state.index);
+  const std::uint64_t skipped = target - state.last_sequence - 1;
+  f.skipped = state.last_sequence == 0 ? 0 : skipped;
+  if (state.policy == ReadPolicy::sequential && state.last_sequence != 0) {
+    state.overruns += skipped;
+    entry.overruns.store(state.overruns, std::memory_order_relaxed);
+  }
+  state.last_sequence = target;
+  held.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t now = monotonic_ns();
+  f.acquired_ns = now;
+  // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
+  // same machine); a timestamp in the future (hostile, or another boot) counts as 0.
+  const std::uint64_t published_ns = f.timestamp_ns;
+  // Only this reader writes the histogram: a relaxed load and store, no locked RMW.
+  std::atomic<std::uint64_t>& bucket =
+      entry.delay_histogram[DelayBucket::of(now > published_ns ? now - published_ns : 0)];
+  bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Telemetry: only this reader writes these (relaxed; read as estimates by inspect).
+  entry.frames_read.store(entry.frames_read.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
+  entry.last_sequence.store(target, std::memory_order_relaxed);
+  entry.last_read_ns.store(now, std::memory_order_relaxed);
+  entry.held.store(frames_held(held.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
+                  std::atomic<std::uint32_t>& held, FrameFields& f) noexcept {
+  if (reader_evicted(view, state)) return Status::evicted;
+  if (const Status st = follow_epoch(view, state); st != Status::ok) return st;
+  ProducerBlock& p = view.producer();
   if (frames_held(held.load(std::memory_order_relaxed)) >= view.geo.max_held) {
     return Status::max_held;
   }
@@ -163,30 +203,7 @@ Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
       bool lost = false;
       const Status r = claim_frame(view, pool, state, target, head_word, lost, f);
       if (r == Status::ok) {
-        const std::uint64_t skipped = target - state.last_sequence - 1;
-        f.skipped = state.last_sequence == 0 ? 0 : skipped;
-        if (state.policy == ReadPolicy::sequential && state.last_sequence != 0) {
-          state.overruns += skipped;
-          entry.overruns.store(state.overruns, std::memory_order_relaxed);
-        }
-        state.last_sequence = target;
-        held.fetch_add(1, std::memory_order_relaxed);
-        const std::uint64_t now = monotonic_ns();
-        f.acquired_ns = now;
-        // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
-        // same machine); a timestamp in the future (hostile, or another boot) counts as 0.
-        const std::uint64_t published_ns = f.timestamp_ns;
-        // Only this reader writes the histogram: a relaxed load and store, no locked RMW.
-        std::atomic<std::uint64_t>& bucket =
-            entry.delay_histogram[DelayBucket::of(now > published_ns ? now - published_ns : 0)];
-        bucket.store(bucket.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        // Telemetry: only this reader writes these (relaxed; read as estimates by inspect).
-        entry.frames_read.store(entry.frames_read.load(std::memory_order_relaxed) + 1,
-                                std::memory_order_relaxed);
-        entry.last_sequence.store(target, std::memory_order_relaxed);
-        entry.last_read_ns.store(now, std::memory_order_relaxed);
-        entry.held.store(frames_held(held.load(std::memory_order_relaxed)),
-                         std::memory_order_relaxed);
+        count_claim(view, state, held, target, f);
         return r;
       }
       if (!lost) return r;                            // backend error

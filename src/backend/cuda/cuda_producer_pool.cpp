@@ -77,6 +77,9 @@ class CudaProducerPool final : public ProducerPool {
   std::atomic<std::uint64_t>& fence(std::uint32_t slot, std::uint32_t reader) const noexcept {
     return view_.cuda_slot(slot).release_fence[reader];
   }
+  void check_device(bool create, const std::string& ch);
+  std::vector<SlotHandles> allocate_slots(const std::string& ch);
+  void export_handles(const std::vector<SlotHandles>& handles) noexcept;
   void publish_handles() noexcept;
   void add_pending(std::uint32_t slot, std::uint32_t reader, std::uint64_t target) noexcept;
   bool pending_reached(std::size_t i) const noexcept;
@@ -118,6 +121,28 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
       reap_(req.reap),
       log_(req.name) {
   const std::string ch = channel_prefix(name_);
+  check_device(req.create, ch);
+  res_ = std::make_shared<ProducerResources>();
+  res_->api = api_;
+  res_->device = device_;
+  res_->fork_gen = fork_gen_;
+  res_->buffers.assign(slots_, nullptr);
+  res_->write_done.assign(slots_, nullptr);
+  // Until the constructor succeeds, everything allocated is released on failure (nothing else can
+  // have used it yet).
+  res_->releasable.assign(slots_, true);
+  res_->registration = SegmentRegistration::acquire(api_, view_, device_, name_);
+  const std::vector<SlotHandles> handles = allocate_slots(ch);
+  pending_.reset(new std::atomic<std::uint64_t>[std::size_t{slots_} * readers_]());
+  const auto period = std::chrono::nanoseconds(view_.header().reap_period_ns);
+  tick_ = std::clamp<std::chrono::nanoseconds>(period / 4, std::chrono::milliseconds(1),
+                                               std::chrono::milliseconds(20));
+  export_handles(handles);
+  res_->releasable.assign(slots_, false);  // from now on, close decides
+}
+
+// The device exists here, supports IPC, and (a takeover) is the GPU the channel's frames live on.
+void CudaProducerPool::check_device(bool create, const std::string& ch) {
   CudaApi& api_ref = *api_;
   const int count = probe_device_count(api_ref, ch);
   if (device_ < 0 || device_ >= count) {
@@ -132,7 +157,7 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
     throw_call(api_ref, ch, "reading the UUID of CUDA device " + std::to_string(device_), e);
   }
   SegmentHeader& header = view_.header();
-  if (req.create) {
+  if (create) {
     // Plain header field: written before the creator's release store of magic (H1).
     std::memcpy(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes);
   } else if (std::memcmp(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes) != 0) {
@@ -142,18 +167,11 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
                     format_uuid(uuid) +
                     "; a takeover must use the same GPU (or remove the channel first)");
   }
+}
 
-  res_ = std::make_shared<ProducerResources>();
-  res_->api = api_;
-  res_->device = device_;
-  res_->fork_gen = fork_gen_;
-  res_->buffers.assign(slots_, nullptr);
-  res_->write_done.assign(slots_, nullptr);
-  // Until the constructor succeeds, everything allocated is released on failure (nothing else can
-  // have used it yet).
-  res_->releasable.assign(slots_, true);
-  res_->registration = SegmentRegistration::acquire(api_, view_, device_, name_);
-
+// A buffer and an interprocess write-done event per slot, and their IPC handles.
+std::vector<SlotHandles> CudaProducerPool::allocate_slots(const std::string& ch) {
+  CudaApi& api_ref = *api_;
   DeviceGuard guard(api_ref, device_);
   if (!guard.ok())
     throw_call(api_ref, ch, "cudaSetDevice(" + std::to_string(device_) + ")", guard.error());
@@ -178,11 +196,10 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
       throw_call(api_ref, ch, what + "cudaIpcGetEventHandle", e);
     }
   }
-  pending_.reset(new std::atomic<std::uint64_t>[std::size_t{slots_} * readers_]());
-  const auto period = std::chrono::nanoseconds(view_.header().reap_period_ns);
-  tick_ = std::clamp<std::chrono::nanoseconds>(period / 4, std::chrono::milliseconds(1),
-                                               std::chrono::milliseconds(20));
+  return handles;
+}
 
+void CudaProducerPool::export_handles(const std::vector<SlotHandles>& handles) noexcept {
   // Export: the writer half of the sequence lock (cuda_handles.hpp). Readers accept the handles
   // only once publish_handles() stores our instance id, at the first loan, after our epoch began.
   for (std::uint32_t i = 0; i < slots_; ++i) {
@@ -194,7 +211,6 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
     // stay: sequences keep growing across takeovers, so old values never reach a new target.
     cs.release_recorded.store(0, std::memory_order_relaxed);
   }
-  res_->releasable.assign(slots_, false);  // from now on, close decides
 }
 
 CudaProducerPool::~CudaProducerPool() {
