@@ -87,6 +87,8 @@ class Producer {
   // producer_gone). owns_name() is false from the watcher's finding until that restore, and for
   // good when another live producer holds the name (reported once on stderr: that producer could
   // not see this one's liveness token; this one keeps publishing to its attached readers).
+  // The loan that restores makes the system calls of a create and a close (bounded by their 2 s
+  // repair-lock waits), once per removal; every other loan pays one relaxed load for the check.
   bool owns_name() const noexcept;
   std::uint64_t name_restores() const noexcept;  // how many times the name was restored
 
