@@ -89,7 +89,9 @@ std::string address_of(std::string_view channel) {
 }  // namespace
 
 std::string name_token_address(std::string_view channel) {
-  return "@" + address_of(channel);
+  std::string text(1, '@');  // appended, not "@" + ...: GCC 12 warns (-Wrestrict) on the latter
+  text += address_of(channel);
+  return text;
 }
 
 NameToken::~NameToken() {
