@@ -5,8 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build/tidy -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DIPCRING_PYTHON=OFF \
   -DIPCRING_WITH_CUDA=OFF >/dev/null
-mapfile -t files < <(git ls-files 'src/*.cpp' 'tools/*.cpp' 'bench/*.cpp' 'tests/*.cpp' 'python/src/*.cpp' \
+# The tracked sources; in a tree without git (an exported archive) the same files found on disk.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  list_sources() { git ls-files 'src/*.cpp' 'tools/*.cpp' 'bench/*.cpp' 'tests/*.cpp'; }
+else
+  list_sources() { find src tools bench tests -name '*.cpp' -not -path '*/build/*' | sort; }
+fi
+mapfile -t files < <(list_sources \
   | grep -v -e '^tests/fuzz/' -e '^tests/gpu/' -e '_cudart\.cpp$' -e '^python/')
+[[ ${#files[@]} -gt 0 ]] || { echo "tidy.sh: no sources found" >&2; exit 1; }
 runner=$(command -v run-clang-tidy-14 || command -v run-clang-tidy || true)
 if [[ -n "$runner" ]]; then
   "$runner" -quiet -p build/tidy -j "$(nproc)" "${files[@]}"
