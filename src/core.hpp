@@ -13,6 +13,7 @@
 // repair lock, lease keeper).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -147,6 +148,11 @@ class ReaderCore {
 
   const std::string& name() const noexcept { return name_; }
   const ReaderOptions& options() const noexcept { return options_; }
+  // How often a waiting reader probes the producer (options.producer_probe, at least 1 ms).
+  std::uint64_t probe_period_ns() const noexcept {
+    return static_cast<std::uint64_t>(
+        std::max<std::int64_t>(1'000'000, options_.producer_probe.count()));
+  }
   const Geometry& geometry() const noexcept { return view_.geo; }
   std::uint32_t index() const noexcept { return cursor_.index; }
   std::uint32_t held() const noexcept { return frames_held(held_.load(std::memory_order_relaxed)); }

@@ -22,14 +22,6 @@
 
 namespace ipcring::detail {
 
-namespace {
-
-std::uint64_t probe_ns(const ReaderOptions& o) noexcept {
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(1'000'000, o.producer_probe.count()));
-}
-
-}  // namespace
-
 // ReaderCore's friend: what following reads of the old core and hands on to the new one.
 class Follow {
  public:
@@ -78,7 +70,7 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   // is usually there already), otherwise at most once per probe period.
   const std::uint64_t now = monotonic_ns();
   if (!reported_now && now < c.follow_next_ns_) return result;
-  c.follow_next_ns_ = now + probe_ns(c.options_);
+  c.follow_next_ns_ = now + c.probe_period_ns();
   // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
   // name is looked at only once the object's producer has ended. Loads only.
   if (producer_lease_alive(c.view_)) return result;
@@ -130,7 +122,7 @@ Result<Frame> read_following(ReaderCore*& core, std::uint64_t timeout_ns) noexce
   for (;;) {
     const std::uint64_t now = monotonic_ns();
     const std::uint64_t slice =
-        std::min(deadline - std::min(deadline, now), probe_ns(core->options()));
+        std::min(deadline - std::min(deadline, now), core->probe_period_ns());
     Result<Frame> r = core->read(slice);
     if (r) return r;
     const Status st = r.status();

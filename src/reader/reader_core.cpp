@@ -237,8 +237,7 @@ Result<Frame> ReaderCore::read(std::uint64_t timeout_ns) noexcept {
     if (r || r.status() != Status::no_frame) return r;
   }
   // Block phase: futex sleeps of at most producer_probe each.
-  const std::uint64_t probe_ns = static_cast<std::uint64_t>(
-      std::max<std::int64_t>(1'000'000, options_.producer_probe.count()));
+  const std::uint64_t probe_ns = probe_period_ns();
   std::uint64_t next_probe = 0;
   for (;;) {
     std::uint64_t now = monotonic_ns();

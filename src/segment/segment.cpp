@@ -458,16 +458,9 @@ OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
                        mode};
 }
 
-namespace {
-bool still_named_object(const std::string& object, dev_t dev, ino_t ino) noexcept {
-  struct stat st {};
-  if (stat(shm_path(object).c_str(), &st) != 0) return false;
-  return st.st_dev == dev && st.st_ino == ino;
-}
-}  // namespace
-
 bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
-  return still_named_object(object_name(channel), dev, ino);
+  bool missing = false;
+  return !name_moved(shm_path(object_name(channel)), dev, ino, missing) && !missing;
 }
 
 // True when `path` names another object than (dev, ino), or nothing at all (`missing`).
