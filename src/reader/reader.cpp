@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "core.hpp"
@@ -69,6 +72,21 @@ Backend Reader::backend() const noexcept {
 
 // ---- Frame ---------------------------------------------------------------------------------
 
+namespace {
+// A Frame is moved two or three times between the claim and the caller (into the Result, out of
+// it): the tensor descriptor, most of FrameFields' bytes, is copied only when there is one, as
+// tensor() reads it only then.
+void move_fields(detail::FrameFields& to, const detail::FrameFields& from) noexcept {
+  static_assert(std::is_trivially_copyable_v<detail::FrameFields> &&
+                std::is_standard_layout_v<detail::FrameFields>);
+  static_assert(offsetof(detail::FrameFields, tensor) + sizeof(TensorDesc) ==
+                    sizeof(detail::FrameFields),
+                "the tensor descriptor is FrameFields' last member");
+  std::memcpy(static_cast<void*>(&to), &from, offsetof(detail::FrameFields, tensor));
+  if (from.has_tensor) to.tensor = from.tensor;
+}
+}  // namespace
+
 Frame::Frame(Frame&& other) noexcept {
   *this = std::move(other);
 }
@@ -77,7 +95,7 @@ Frame& Frame::operator=(Frame&& other) noexcept {
   if (this != &other) {
     release();
     core_ = std::exchange(other.core_, nullptr);
-    fields_ = other.fields_;
+    move_fields(fields_, other.fields_);
     other.fields_.data = nullptr;
     other.fields_.metadata = nullptr;
   }
