@@ -2,6 +2,7 @@
 // ring.hpp's and docs/protocol.md's.
 #include "ring/writer.hpp"
 
+#include "common/cacheline.hpp"
 #include "common/clock.hpp"
 #include "ring/ring.hpp"
 #include "wait/futex.hpp"
@@ -118,6 +119,15 @@ Status publish_frame(const SegmentView& view, ProducerPool& pool, WriterState& s
   // (P4) release, pairs with (R1): a reader that sees head = (seq, i) finds the slot published
   // (P2) and the log entry (P3).
   p.head.store(LogWord::make(seq, i), std::memory_order_release);
+  // The lines a reader reads next (the slot's state word and descriptor, the payload's first
+  // line, the frame header when written) go to the shared cache, after their last store: the
+  // reader's claim then needs no transfer from this core (common/cacheline.hpp). Host frames only:
+  // a CUDA payload is device memory.
+  demote_line(&slot);
+  if (header) demote_line(&fh);
+  if (view.geo.backend != kBackendCuda) {
+    if (const std::byte* b = pool.buffer(i); b != nullptr) demote_line(b);
+  }
   ++state.published;
   p.published.store(state.published, std::memory_order_relaxed);  // telemetry; only we write it
   p.last_publish_ns.store(now, std::memory_order_relaxed);
