@@ -5,12 +5,14 @@
 namespace ipcring::detail {
 
 // Asks the core to move the line holding `p` out of its private caches into the shared last-level
-// cache, where another core's next read finds it without a transfer from this core's L1/L2
-// (x86 CLDEMOTE). The producer demotes the lines a reader reads right after it sees `head`: on a
-// CPU with CLDEMOTE that read is served by the shared cache instead of a snoop of the producer's
-// core (ringbench: the one-way latency drops by about a third of a floor on this project's Xeon
-// machines). CLDEMOTE's encoding lies in the hint-NOP space (0F 1C /0), so CPUs without it execute
-// a NOP: no CPUID check is needed. Other architectures: nothing.
+// cache, where another core's next read finds it without a snoop of this core (x86 CLDEMOTE).
+// publish demotes the slot's line (state word and descriptor), which a reader's claim reads right
+// after it sees `head`; docs/benchmarks.md has the measurements (the one-way latency falls by
+// about 40 ns; demoting the payload's first line as well gained nothing measurable). Not free: a
+// later locked instruction waits until the demote has completed, which is why publish demotes
+// after its last locked RMW, and the producer's own next access to the line misses its L1/L2.
+// CLDEMOTE's encoding (0F 1C /0) lies in the hint-NOP space, so a CPU without it executes a NOP:
+// no CPUID check is needed. Other architectures: nothing.
 inline void demote_line(const void* p) noexcept {
 #if defined(__x86_64__)
   asm volatile("cldemote %0" ::"m"(*static_cast<const char*>(p)));

@@ -119,15 +119,6 @@ Status publish_frame(const SegmentView& view, ProducerPool& pool, WriterState& s
   // (P4) release, pairs with (R1): a reader that sees head = (seq, i) finds the slot published
   // (P2) and the log entry (P3).
   p.head.store(LogWord::make(seq, i), std::memory_order_release);
-  // The lines a reader reads next (the slot's state word and descriptor, the payload's first
-  // line, the frame header when written) go to the shared cache, after their last store: the
-  // reader's claim then needs no transfer from this core (common/cacheline.hpp). Host frames only:
-  // a CUDA payload is device memory.
-  demote_line(&slot);
-  if (header) demote_line(&fh);
-  if (view.geo.backend != kBackendCuda) {
-    if (const std::byte* b = pool.buffer(i); b != nullptr) demote_line(b);
-  }
   ++state.published;
   p.published.store(state.published, std::memory_order_relaxed);  // telemetry; only we write it
   p.last_publish_ns.store(now, std::memory_order_relaxed);
@@ -136,6 +127,11 @@ Status publish_frame(const SegmentView& view, ProducerPool& pool, WriterState& s
   // does not sleep) or we see waiters > 0 (and wake it). No system call when nobody sleeps.
   p.wake.fetch_add(1, std::memory_order_seq_cst);
   if (p.waiting.load(std::memory_order_seq_cst) != 0) futex_wake_all(p.wake);
+  // The line a reader's claim reads next (the state word and the descriptor) goes to the shared
+  // cache, so the claim needs no transfer from this core (common/cacheline.hpp). Last, after the
+  // locked RMW above: a locked instruction waits for an earlier demote to complete, which would
+  // put that wait on every publish.
+  demote_line(&slot);
   state.newest_slot = i;
   sequence = seq;
   return Status::ok;
