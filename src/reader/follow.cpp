@@ -66,14 +66,16 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   ReaderCore& c = *core;
   const bool reported_now = result.status() == Status::producer_gone;
   if (c.forked()) return result;
+  // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
+  // name is looked at only once the object's producer has ended. Loads only, and first: this runs
+  // after every try_read that found no frame, so a polling reader of a live channel reads no clock
+  // here (a clock read per poll lengthened the polling loop, and with it the time to see a frame).
+  if (producer_lease_alive(c.view_)) return result;
   // Rate: at once when the core has just reported the end of its producer (a restart's new object
   // is usually there already), otherwise at most once per probe period.
   const std::uint64_t now = monotonic_ns();
   if (!reported_now && now < c.follow_next_ns_) return result;
   c.follow_next_ns_ = now + c.probe_period_ns();
-  // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
-  // name is looked at only once the object's producer has ended. Loads only.
-  if (producer_lease_alive(c.view_)) return result;
   ReaderCore* next = nullptr;
   try {
     bool missing = false;
