@@ -79,9 +79,9 @@ namespace {
 void move_fields(detail::FrameFields& to, const detail::FrameFields& from) noexcept {
   static_assert(std::is_trivially_copyable_v<detail::FrameFields> &&
                 std::is_standard_layout_v<detail::FrameFields>);
-  static_assert(offsetof(detail::FrameFields, tensor) + sizeof(TensorDesc) ==
-                    sizeof(detail::FrameFields),
-                "the tensor descriptor is FrameFields' last member");
+  static_assert(
+      offsetof(detail::FrameFields, tensor) + sizeof(TensorDesc) == sizeof(detail::FrameFields),
+      "the tensor descriptor is FrameFields' last member");
   std::memcpy(static_cast<void*>(&to), &from, offsetof(detail::FrameFields, tensor));
   if (from.has_tensor) to.tensor = from.tensor;
 }
