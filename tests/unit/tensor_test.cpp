@@ -154,6 +154,54 @@ TEST_CASE("a tensor descriptor, capture time and metadata travel with the frame"
   CHECK(si.metadata_bytes == 200);
 }
 
+TEST_CASE("moving frames keeps each frame's own tensor, also over a frame that had one") {
+  // Frame's move copies the tensor descriptor only when the source has one: a plain frame moved
+  // into a Frame that held a tensor frame must not show the old tensor.
+  ScopedChannel ch("tensormove");
+  ChannelConfig c = config(4096);
+  c.max_held = 2;
+  auto p = Producer::create(ch, c);
+  ReaderOptions o;
+  o.policy = ReadPolicy::sequential;
+  auto r = Reader::attach(ch, o);
+  const TensorDesc t = TensorDesc::contiguous(DType::float_, 32, {2, 3});
+  {
+    auto loan = p.loan();
+    REQUIRE(loan);
+    CHECK(loan->set_tensor(t));
+    loan->set_capture_time_ns(42);
+    p.publish(std::move(*loan), 24);
+  }
+  {
+    auto loan = p.loan();
+    REQUIRE(loan);
+    p.publish(std::move(*loan), 16);
+  }
+  Frame held;
+  {
+    auto first = r.try_read();
+    REQUIRE(first);
+    held = std::move(*first);
+  }
+  REQUIRE(held.tensor());
+  CHECK(*held.tensor() == t);
+  CHECK(held.capture_time_ns() == 42);
+  Frame moved(std::move(held));  // the move constructor, from a frame with a tensor
+  REQUIRE(moved.tensor());
+  CHECK(*moved.tensor() == t);
+  CHECK(moved.size() == 24);
+  CHECK_FALSE(held.held());
+  auto second = r.try_read();
+  REQUIRE(second);
+  moved = std::move(*second);  // releases the first frame, takes the plain one
+  CHECK_FALSE(moved.tensor());
+  CHECK_FALSE(moved.tensor_invalid());
+  CHECK(moved.capture_time_ns() == 0);
+  CHECK(moved.size() == 16);
+  CHECK(moved.sequence() == 2);
+  CHECK(r.held() == 1);
+}
+
 TEST_CASE("set_tensor refuses a tensor beyond the capacity; a short publish drops the tensor") {
   ScopedChannel ch("tensorcap");
   auto p = Producer::create(ch, config(4096));
