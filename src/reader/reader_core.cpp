@@ -70,14 +70,21 @@ class Retirer {
     started_gen_.store(want, std::memory_order_release);
   }
   void push(ReaderCore* core) noexcept {
+    // Counted before it is linked, so that ended_ (cores deleted, each linked after its count)
+    // never runs ahead of pushed_: counted after, another thread's core linked but not yet counted
+    // could be deleted first and stand in for this one in a concurrent drain(), which would then
+    // return before this core has ended.
+    pushed_.fetch_add(1, std::memory_order_release);
     core->next_retired_ = head_.load(std::memory_order_relaxed);
     // release: the core's last uses (and its frame count's acq_rel) happen-before the thread's
     // acquire exchange below.
     while (!head_.compare_exchange_weak(core->next_retired_, core, std::memory_order_release,
                                         std::memory_order_relaxed)) {
     }
-    pushed_.fetch_add(1, std::memory_order_release);
-    futex_wake_all(pushed_);
+    // The thread sleeps on linked_, counted after the link: a thread that missed the core in the
+    // list sees the count changed (or is woken), so no wake-up is lost.
+    linked_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(linked_);
   }
   // Waits (at most `timeout_ns`) until every core pushed before the call is ended.
   void drain(std::uint64_t timeout_ns) noexcept {
@@ -98,7 +105,7 @@ class Retirer {
   Retirer() = default;
   [[noreturn]] void run() {
     for (;;) {
-      const std::uint32_t seen = pushed_.load(std::memory_order_acquire);
+      const std::uint32_t seen = linked_.load(std::memory_order_acquire);
       ReaderCore* list = head_.exchange(nullptr, std::memory_order_acquire);
       std::uint32_t n = 0;
       while (list != nullptr) {
@@ -112,12 +119,13 @@ class Retirer {
         futex_wake_all(ended_);
       }
       if (head_.load(std::memory_order_acquire) == nullptr) {
-        futex_wait(pushed_, seen, 1'000'000'000);  // woken by push; the timeout is a safety net
+        futex_wait(linked_, seen, 1'000'000'000);  // woken by push; the timeout is a safety net
       }
     }
   }
   std::atomic<ReaderCore*> head_{nullptr};
-  std::atomic<std::uint32_t> pushed_{0};  // cores pushed so far (a futex word)
+  std::atomic<std::uint32_t> pushed_{0};  // cores pushed so far, counted before their link
+  std::atomic<std::uint32_t> linked_{0};  // cores linked so far (the thread's futex word)
   std::atomic<std::uint32_t> ended_{0};   // cores ended so far (a futex word)
   static constexpr std::uint64_t kStarting = std::uint64_t{1} << 63;
   std::atomic<std::uint64_t> started_gen_{0};  // fork_generation() + 1 of the running thread
