@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ipcring/ipcring.hpp"
+#include "process/process_util.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 #include "test_util.hpp"
@@ -331,12 +332,9 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
     const bool gone = stat(object_path(ch.name()).c_str(), &after) != 0;
     CHECK((gone || after.st_ino != before.st_ino));
     // The producer restores it at a next loan: a fresh object, the same producer, still live.
-    bool restored = false;
-    for (int i = 0; i < 100 && !restored; ++i) {
-      restored = stat(object_path(ch.name()).c_str(), &after) == 0 && after.st_ino != before.st_ino;
-      if (!restored) std::this_thread::sleep_for(50ms);
-    }
-    REQUIRE(restored);
+    REQUIRE(test::eventually([&] {
+      return stat(object_path(ch.name()).c_str(), &after) == 0 && after.st_ino != before.st_ino;
+    }));
     const Json s = parse_json(ringdump({"show", ch.name(), "--json"}));
     CHECK(s["producer"]["pid"] == producer.pid());
     CHECK(s["producer"]["alive"] == true);
