@@ -21,10 +21,10 @@
 #include <string_view>
 
 #include "backend/pool.hpp"
+#include "channel/handout.hpp"
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
-#include "lease/name_token.hpp"
 #include "ring/cursor.hpp"
 #include "ring/writer.hpp"
 #include "segment/layout.hpp"
@@ -34,22 +34,11 @@ namespace ipcring::detail {
 
 class ProducerCore {
  public:
-  // The construction paths of Producer::create (each throws Error on a refusal):
-  // A new channel, made nameless and named only once complete. nullptr when someone named a
-  // channel meanwhile (ours was never seen and is gone): look again.
-  // `instance_id` 0: a new random one (a producer restoring its name keeps its own,
-  // producer/name_defence.hpp).
-  static std::unique_ptr<ProducerCore> create_new(std::string_view name,
-                                                  const ChannelConfig& config, const Geometry& geo,
-                                                  std::uint64_t instance_id = 0);
-  // The name exists: refuses a live producer, takes over a dead or closed one of the same
-  // geometry (new epoch), or replaces an unattached one of another geometry. nullptr when the
-  // caller must look again (the name changed meanwhile, or the old channel was replaced).
-  static std::unique_ptr<ProducerCore> open_existing(std::string_view name,
-                                                     const ChannelConfig& config,
-                                                     const Geometry& geo,
-                                                     const OpenedSegment& opened,
-                                                     std::uint64_t instance_id = 0);
+  // Producer::create: the channel's directory (made if missing), its name's lock (refused while
+  // another producer lives), fresh memory, the producer lease, the frame pool sealed, the header
+  // published, and then the socket that hands the memory out. Throws Error.
+  static std::unique_ptr<ProducerCore> create(std::string_view name, const ChannelConfig& config,
+                                              const Geometry& geo);
   // The Producer's end of ownership: deletes the core, or leaves that to the outstanding loan.
   static void drop_handle(ProducerCore* core) noexcept;
 
@@ -74,25 +63,12 @@ class ProducerCore {
   const ChannelConfig& config() const noexcept { return config_; }
   std::uint64_t epoch() const noexcept { return writer_.epoch; }
   std::size_t metadata_capacity() const noexcept { return view_.geo.metadata_bytes; }
-  // Name defence (producer/name_defence.hpp): false from the watcher's finding until the restore,
-  // and for good when another live producer holds the name.
-  bool owns_name() const noexcept {
-    return !watch_ || !watch_->changed.load(std::memory_order_relaxed);
-  }
-  std::uint64_t name_restores() const noexcept { return name_restores_; }
-  // Binds the channel's liveness token (NameToken::claim: throws producer_exists).
-  void claim_token() { token_ = NameToken::claim(name_); }
-  void take_token(NameToken& token) noexcept { token_ = std::move(token); }
+  // Name defence (channel/handout.hpp): false for good once another producer took the name.
+  bool owns_name() const noexcept { return server_ == nullptr || server_->owns_name(); }
+  std::uint64_t name_restores() const noexcept { return server_ ? server_->restores() : 0; }
 
  private:
-  friend class NameDefence;  // producer/name_defence.cpp: a restore moves this core's state on
-
-  ProducerCore(std::string_view name, const ChannelConfig& config, std::uint64_t instance_id);
-  static std::unique_ptr<ProducerCore> take_over(std::string_view name, const ChannelConfig& config,
-                                                 const OpenedSegment& opened,
-                                                 std::uint64_t instance_id);
-  static void replace_unattached(std::string_view name, const Geometry& geo,
-                                 const OpenedSegment& opened);
+  ProducerCore(std::string_view name, const ChannelConfig& config);
   static void reap_hook(void* self) noexcept;
 
   std::string name_;
@@ -109,14 +85,8 @@ class ProducerCore {
   bool loan_out_ = false;
   bool handle_gone_ = false;  // the Producer is gone; the outstanding loan ends the core
   bool holds_lease_ = false;
-  // Name defence (producer/name_defence.hpp): the liveness token, the watcher's view of the name,
-  // and what defend_name found.
-  NameToken token_;
-  std::shared_ptr<NameWatch> watch_;
-  std::uint64_t next_defend_ns_ = 0;
-  std::uint64_t name_restores_ = 0;
-  std::uint32_t name_refusals_ = 0;  // consecutive restores refused by a live producer
-  std::string name_problem_;
+  // The channel's socket, name lock and name defence (after the memory: destroyed first).
+  std::unique_ptr<ChannelServer> server_;
 };
 
 class ReaderCore {
@@ -187,11 +157,9 @@ class ReaderCore {
 // owns the one handle of the returned core: ReaderCore::drop_handle ends it).
 ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& options);
 
-// Creates or takes over the channel (Producer::create without the token claim), holding `token`
-// (moved into the core on success) and using `instance_id` (0: a new random one).
+// Producer::create: validates the name and the configuration, then ProducerCore::create.
 std::unique_ptr<ProducerCore> create_producer_core(std::string_view name,
-                                                   const ChannelConfig& config, NameToken& token,
-                                                   std::uint64_t instance_id);
+                                                   const ChannelConfig& config);
 
 // Waits (bounded: 2 s) until the readers of this process whose last frame was released so far
 // are detached, so that a snapshot taken after the release sees their entries free, as program

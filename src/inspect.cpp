@@ -4,6 +4,7 @@
 // one that was really there, but the whole is not one instant (a slot may show a reader bit whose
 // reader entry was read a moment earlier). Every value is range-checked before use; anything
 // inconsistent is reported in Snapshot::problems rather than trusted.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,9 @@
 #include <functional>
 #include <optional>
 
+#include "channel/directory.hpp"
+#include "channel/handout.hpp"
+#include "channel/name_lock.hpp"
 #include "common/clock.hpp"
 #include "common/naming.hpp"
 #include "core.hpp"
@@ -27,6 +31,10 @@
 namespace ipcring {
 
 namespace {
+
+// How long an inspector waits for a producer's answer before it reaches the memory through the
+// producer's own descriptors (a stopped or stalled producer answers nothing).
+constexpr std::chrono::milliseconds kInspectTimeout{300};
 
 bool is_active(std::uint64_t lease_word) {
   return detail::LeaseWord::state(lease_word) ==
@@ -335,57 +343,6 @@ Snapshot inspect_image(unsigned char* base, std::size_t size, std::string_view n
   return snapshot_view(SegmentView{base, g}, name, 0, 0);
 }
 
-namespace {
-
-// What removal found under the repair lock: the object (validated, or the error validating it).
-struct RemovalCandidate {
-  const OpenedSegment* opened = nullptr;  // null when it could not be validated
-  const Error* error = nullptr;           // why not
-};
-// Opens the channel's object, takes its repair lock, checks the name still refers to it, calls
-// `verify` (which throws to refuse), and removes the name. False when there is no such name.
-// Throws Error(channel_busy) when the repair lock stays taken.
-bool remove_object(std::string_view channel, bool validate,
-                   const std::function<void(const RemovalCandidate&)>& verify) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int fd = open_object(channel);
-    if (fd < 0) return false;
-    struct FdCloser {
-      int fd;
-      ~FdCloser() { close(fd); }
-    } closer{fd};
-    struct stat st {};
-    if (fstat(fd, &st) != 0) throw_system(channel, "fstat", errno);
-    RepairLock lock;
-    if (!lock.acquire(fd, std::chrono::milliseconds(2000))) {
-      throw Error(Errc::channel_busy, channel_prefix(channel) + "the repair lock of " +
-                                          object_path(channel) +
-                                          " stayed taken for 2 s; not removing it");
-    }
-    // Under the lock, the name can change only through a process that does not follow the
-    // protocol: every remover takes this lock, and a creator only names an absent name.
-    if (!still_named(channel, st.st_dev, st.st_ino)) continue;  // replaced: look again
-    RemovalCandidate candidate;
-    OpenedSegment opened;
-    std::optional<Error> error;
-    if (validate) {
-      try {
-        opened = open_segment_fd(channel, fd);
-        candidate.opened = &opened;
-      } catch (const Error& e) {
-        error = e;
-        candidate.error = &*error;
-      }
-    }
-    verify(candidate);  // throws to refuse
-    return unlink_name_if(object_name(channel), st.st_dev, st.st_ino);
-  }
-  throw Error(Errc::system_error, channel_prefix(channel) + object_path(channel) +
-                                      " kept changing while we tried to remove it");
-}
-
-}  // namespace
-
 }  // namespace detail
 
 std::uint64_t delay_bucket_lower_ns(std::size_t b) noexcept {
@@ -424,13 +381,13 @@ std::vector<std::uint32_t> mask_indices(std::uint64_t reader_mask) {
 Snapshot inspect(std::string_view name) {
   using namespace detail;
   finish_retired_readers();  // this process's readers whose last frame was just released
-  OpenedSegment opened = open_segment(name);
+  OpenedSegment opened = open_channel(name, {}, {}, kInspectTimeout, true);
   return snapshot_view(opened.mapping->view, name, opened.owner_uid, opened.mode);
 }
 
 std::size_t reap_dead_readers(std::string_view name) {
   using namespace detail;
-  OpenedSegment opened = open_segment(name);
+  OpenedSegment opened = open_channel(name, {}, {}, kInspectTimeout, true);
   const SegmentView& view = opened.mapping->view;
   // Say so when an active entry's mutex is not one we made: it is never judged (lease.hpp).
   for (std::uint32_t i = 0; i < view.geo.max_readers; ++i) {
@@ -451,32 +408,112 @@ std::size_t reap_dead_readers(std::string_view name) {
   return n;
 }
 
+const char* to_string(NameState state) noexcept {
+  switch (state) {
+    case NameState::missing:
+      return "missing";
+    case NameState::live:
+      return "live";
+    case NameState::stale:
+      return "stale";
+    case NameState::broken:
+      return "broken";
+  }
+  return "unknown";
+}
+
+namespace {
+
+NameInfo inspect_name_in(const detail::ChannelDirectory& d) {
+  using namespace detail;
+  NameInfo info;
+  info.lock_path = d.shown_path(kLockSuffix);
+  info.socket_path = d.shown_path(kSocketSuffix);
+  struct stat sock {};
+  const bool has_socket = fstatat(d.fd(), (d.leaf() + std::string(kSocketSuffix)).c_str(), &sock,
+                                  AT_SYMLINK_NOFOLLOW) == 0;
+  switch (probe_name_lock(d.fd(), d.leaf(), &info.holder)) {
+    case NameLockState::held:
+      info.state = NameState::live;
+      return info;
+    case NameLockState::free:
+      info.state = NameState::stale;
+      break;
+    case NameLockState::missing:
+      info.state = has_socket ? NameState::stale : NameState::missing;
+      break;
+    case NameLockState::not_a_lock:
+      info.state = NameState::broken;
+      info.problem = info.lock_path + " is not a regular file";
+      return info;
+  }
+  if (has_socket && !S_ISSOCK(sock.st_mode)) {
+    info.state = NameState::broken;
+    info.problem = info.socket_path + " is not a socket";
+  }
+  return info;
+}
+
+}  // namespace
+
+NameInfo inspect_name(std::string_view name, std::string_view dir) {
+  const detail::ChannelDirectory d = detail::ChannelDirectory::open(name, dir, false);
+  return inspect_name_in(d);
+}
+
 bool remove_channel(std::string_view name, bool force) {
   using namespace detail;
-  validate_name(name);
-  // Under the object's repair lock, on the very object the name refers to (segment.hpp): the
-  // liveness checked is that object's, and nothing can take it over or replace it meanwhile.
-  return remove_object(name, !force, [&](const RemovalCandidate& c) {
-    if (force) return;
-    if (c.opened == nullptr) {
-      throw Error(c.error->code(),
-                  std::string(c.error->what()) +
-                      "; refusing to remove a channel that cannot be checked (use force)");
+  const std::string ch = channel_prefix(name);
+  ChannelDirectory d;
+  try {
+    d = ChannelDirectory::open(name, {}, false);
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found) return false;
+    throw;
+  }
+  const std::string lock_file = d.leaf() + std::string(kLockSuffix);
+  const std::string socket_file = d.leaf() + std::string(kSocketSuffix);
+  const NameInfo info = inspect_name_in(d);
+  switch (info.state) {
+    case NameState::missing:
+      return false;
+    case NameState::live:
+      if (!force) {
+        throw Error(Errc::channel_busy,
+                    ch + "its producer is running (" + info.holder + ", holding " + info.lock_path +
+                        "); stop it first, or remove its names anyway with --force (the producer "
+                        "then makes them again within its reap period; its memory and readers "
+                        "are not affected)");
+      }
+      unlinkat(d.fd(), socket_file.c_str(), 0);
+      unlinkat(d.fd(), lock_file.c_str(), 0);
+      return true;
+    case NameState::broken:
+      if (!force) {
+        throw Error(Errc::corrupt_segment, ch + info.problem +
+                                               "; ipcring did not make it. Look at it, then "
+                                               "remove it with --force");
+      }
+      unlinkat(d.fd(), socket_file.c_str(), 0);
+      unlinkat(d.fd(), lock_file.c_str(), 0);
+      return true;
+    case NameState::stale:
+      break;
+  }
+  // Stale: take the lock ourselves, so that a producer starting meanwhile either holds it (and we
+  // are refused) or finds our lock and waits for nothing: it retries once we removed the names.
+  NameLock lock;
+  try {
+    lock = NameLock::take(d, name, 0600);
+  } catch (const Error& e) {
+    if (e.code() == Errc::producer_exists) {
+      throw Error(Errc::channel_busy, std::string(e.what()) + " (it started while we looked)");
     }
-    const Snapshot s =
-        snapshot_view(c.opened->mapping->view, name, c.opened->owner_uid, c.opened->mode);
-    std::string live;
-    if (s.producer.alive) live += "producer pid " + std::to_string(s.producer.pid);
-    for (const auto& r : s.readers) {
-      if (!r.alive) continue;
-      live += (live.empty() ? "" : ", ") + std::string("reader ") + std::to_string(r.index) +
-              " pid " + std::to_string(r.pid);
-    }
-    if (!live.empty()) {
-      throw Error(Errc::channel_busy,
-                  channel_prefix(name) + "in use (" + live + "); refusing to remove it");
-    }
-  });
+    throw;
+  }
+  unlinkat(d.fd(), socket_file.c_str(), 0);
+  lock.remove_name(d);
+  return true;
 }
 
 }  // namespace ipcring

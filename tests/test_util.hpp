@@ -8,6 +8,10 @@
 #include <cstring>
 #include <string>
 
+#include <chrono>
+#include <utility>
+
+#include "channel/handout.hpp"
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 
@@ -34,6 +38,14 @@ class ScopedChannel {
  private:
   std::string name_;
 };
+
+// A new descriptor of a live channel's control segment, fetched from its producer as a reader
+// would (the caller closes it): to look at or scribble on the memory as another process could.
+inline int control_fd_of(const std::string& name) {
+  const auto dir = detail::ChannelDirectory::open(name, {}, false);
+  auto handout = detail::fetch_handout(name, dir, {}, std::chrono::milliseconds(2000));
+  return std::exchange(handout.control_fd, -1);
+}
 
 // The payload pattern of ringpub/ringsub (tools/pattern.hpp).
 inline void fill_pattern(std::byte* p, std::size_t bytes, std::uint64_t seq) {

@@ -5,6 +5,7 @@
 //                version mismatch (a segment of another ipcring layout)
 //   --version    "TOOL VERSION (layout N)" on stdout, exit 0, whatever else is on the line
 //   --help       usage on stdout, exit 0
+//   --dir DIR    the channel directory (IPCRING_DIR); every tool takes it
 //   messages     "TOOL: ..." on stderr; a bad value names its option ("--mode: ...")
 #pragma once
 
@@ -36,9 +37,14 @@ inline std::string version_text(const std::string& tool) {
          ")";
 }
 
-// --version, the exit-status footer and "TOOL: " before every parse error.
+// --version, --dir, the exit-status footer and "TOOL: " before every parse error.
 inline void apply_convention(CLI::App& app, const std::string& tool) {
   app.set_version_flag("--version", version_text(tool));
+  // The channel directory for everything this run does (the library reads IPCRING_DIR).
+  app.add_option_function<std::string>(
+      "--dir", [](const std::string& dir) { setenv("IPCRING_DIR", dir.c_str(), 1); },
+      "Channel directory (default: $IPCRING_DIR, else /dev/shm/ipcring-<uid>)");
+  app.fallthrough();  // --dir after a subcommand too
   app.footer(kExitFooter);
   app.failure_message([tool](const CLI::App*, const CLI::Error& e) {
     return tool + ": " + e.what() + "\nRun with --help for more information.\n";

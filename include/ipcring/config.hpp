@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ipcring {
 
@@ -17,8 +19,19 @@ struct ChannelConfig {
   std::uint32_t max_held = 1;     // frames one reader may hold at once, 1..64
   std::size_t frame_bytes = 0;    // capacity of each frame buffer, > 0
   Backend backend = Backend::host;
-  int cuda_device = 0;   // CUDA ordinal in the producer's process
-  unsigned mode = 0600;  // permission bits of the segments (set with fchmod)
+  int cuda_device = 0;  // CUDA ordinal in the producer's process
+  // Permission bits of the channel's socket and lock file (0600, or 0660 to let a group-shared
+  // directory's members connect); who receives the memory is decided by the policy below.
+  unsigned mode = 0600;
+  // The channel directory (ipcring/naming.hpp): empty means $IPCRING_DIR, else the user's private
+  // /dev/shm/ipcring-<uid>.
+  std::string dir{};
+  // Who may read (docs/protocol.md, "Trust"): a connecting process is handed the channel's memory
+  // when its uid is the producer's, or 0, or in allow_uids, or when its primary or a supplementary
+  // group is in allow_gids or is the group of a group-shared channel directory. Everyone else gets
+  // a refusal naming its uid, and no descriptor.
+  std::vector<std::uint32_t> allow_uids{};
+  std::vector<std::uint32_t> allow_gids{};
   // Dead readers are reaped when a loan finds no free slot and at least this often while the
   // producer loans frames.
   std::chrono::nanoseconds reap_period = std::chrono::milliseconds(100);
@@ -59,6 +72,13 @@ struct ReaderOptions {
   // written). Used by the Python module, whose tensors
   // cannot be marked read-only.
   bool copy_on_write = false;
+  // The channel directory, as ChannelConfig::dir.
+  std::string dir{};
+  // Whose channel to read (docs/protocol.md, "Trust"): the producer that answers on the channel's
+  // socket is trusted when its uid is this process's, the directory's owner, 0, or in trust_uids,
+  // or when it is a member of a group-shared directory's group; on first attach and after every
+  // follow. Any other producer is refused, naming its uid.
+  std::vector<std::uint32_t> trust_uids{};
 };
 
 }  // namespace ipcring

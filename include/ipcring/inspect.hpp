@@ -218,14 +218,39 @@ void for_each_field(const Snapshot& s, Visitor& v) {
 }
 
 // Throws Error (not_found, version_mismatch, permission_denied, corrupt_segment ...).
+// Connects to the channel's producer as an observer would (no reader entry is taken) and reads its
+// control segment. Throws Error (not_found when no producer serves it, version_mismatch,
+// permission_denied, corrupt_segment ...).
 Snapshot inspect(std::string_view name);
 
 // Probes every reader lease and reaps the dead ones, as Producer::reap_dead_readers() does, from
 // any process (ringdump reap). Returns how many were reaped.
 std::size_t reap_dead_readers(std::string_view name);
 
-// Removes a channel's shared-memory objects. Refuses (Errc::channel_busy) while its producer or
-// any reader is alive, unless `force`. Returns false when the channel did not exist.
+// What a channel's name is in its directory, read without taking anything (ringdump list, gc).
+enum class NameState : std::uint32_t {
+  missing = 0,  // neither lock file nor socket
+  live = 1,     // a producer holds the lock
+  stale = 2,    // names left by a producer that ended (the lock is free): gc removes them
+  broken = 3,   // something that is not a lock file or not a socket is there
+};
+const char* to_string(NameState state) noexcept;  // "missing", "live", "stale", "broken"
+struct NameInfo {
+  NameState state = NameState::missing;
+  std::string holder;       // "pid P uid U" of a live producer, as it wrote it in its lock file
+  std::string lock_path;    // DIR/NAME.lock
+  std::string socket_path;  // DIR/NAME.sock
+  std::string problem;      // why it is broken
+};
+// Throws Error for a name that is invalid or a directory that is not trusted (channel/directory).
+NameInfo inspect_name(std::string_view name, std::string_view dir = {});
+
+// Removes a channel's names (socket and lock file): at once when its producer has ended (under
+// the lock, taken for the removal, so no producer starting meanwhile loses its names); while its
+// producer lives only with `force` (it restores them within its reap period: its memory is not
+// affected; refused otherwise with Errc::channel_busy); a broken name only with `force`. Memory is
+// never removed: it goes with the last process that maps it. Returns false when there was no
+// such name.
 bool remove_channel(std::string_view name, bool force = false);
 
 }  // namespace ipcring

@@ -77,18 +77,16 @@ class Producer {
   std::size_t reap_dead_readers() noexcept;
 
   std::string_view name() const noexcept;
-  std::uint64_t epoch() const noexcept;  // of the object it publishes into (1 after a restore)
+  // The channel's epoch: one more than the previous producer's of this name (1 for the first).
+  std::uint64_t epoch() const noexcept;
   const ChannelConfig& config() const noexcept;
 
-  // Name defence (docs/operations.md, "When the channel's object is removed"): a watcher thread
-  // checks once per reap period that /dev/shm/ipcring.<name> is still this producer's object.
-  // When it is not, the next loan restores the name: the producer moves to a fresh object under
-  // it (same configuration, instance id and sequence numbers; readers follow without a
-  // producer_gone). owns_name() is false from the watcher's finding until that restore, and for
-  // good when another live producer holds the name (reported once on stderr: that producer could
-  // not see this one's liveness token; this one keeps publishing to its attached readers).
-  // The loan that restores makes the system calls of a create and a close (bounded by their 2 s
-  // repair-lock waits), once per removal; every other loan pays one relaxed load for the check.
+  // Name defence (docs/operations.md, "When the channel's names are removed"): the producer's
+  // socket thread checks once per reap period that the channel's socket and lock file are still
+  // its own. When one is gone (RemoveIPC, a cleanup script) it binds a new socket or takes a new
+  // lock file; the memory never moves, so readers notice nothing. owns_name() is false for good
+  // when another producer took the name in that window (it keeps publishing to the readers
+  // attached); the hot path never waits for any of this.
   bool owns_name() const noexcept;
   std::uint64_t name_restores() const noexcept;  // how many times the name was restored
 

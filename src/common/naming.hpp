@@ -1,8 +1,7 @@
-// naming.hpp (internal) — the pieces of the object names, for the library's own use. The public
+// naming.hpp (internal) — the pieces of the names, for the library's own use. The public
 // functions (ipcring/naming.hpp) are built from these and nothing else spells them.
 #pragma once
 
-#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -10,12 +9,13 @@
 
 namespace ipcring::detail {
 
-inline constexpr std::size_t kMaxNameLength = 200;  // NAME_MAX minus "ipcring." and a margin
-inline constexpr std::string_view kShmDirectory = "/dev/shm";
-inline constexpr std::string_view kObjectPrefix = "ipcring.";
-inline constexpr std::string_view kLegacyFramesSuffix = ".frames";
+inline constexpr std::string_view kDefaultDirectoryBase = "/dev/shm/ipcring-";
+inline constexpr std::string_view kDirectoryVariable = "IPCRING_DIR";
+inline constexpr std::string_view kLockSuffix = ".lock";
+inline constexpr std::string_view kSocketSuffix = ".sock";
 
-// "/dev/shm/<object>" for an object name as shm_open takes it ("ipcring.<channel>").
-std::string shm_path(std::string_view object);
+// The last component of a (valid) channel name, and what precedes it ("" for a plain name).
+std::string_view name_leaf(std::string_view channel) noexcept;
+std::string_view name_parent(std::string_view channel) noexcept;
 
 }  // namespace ipcring::detail

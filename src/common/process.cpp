@@ -15,8 +15,17 @@ namespace {
 
 std::atomic<std::uint64_t> g_fork_generation{0};
 
+// Descriptors a fork child closes at once (close_in_fork_child). A fixed table, 0 meaning empty
+// and fd + 1 a descriptor: the atfork handler may not allocate.
+constexpr int kTrackedFds = 512;
+std::atomic<int> g_child_closes[kTrackedFds];
+
 void on_fork_child() noexcept {
   g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+  for (auto& slot : g_child_closes) {
+    const int v = slot.exchange(0, std::memory_order_relaxed);
+    if (v > 0) close(v - 1);
+  }
 }
 
 // Installed at load time so that objects made before anything else runs still see forks.
@@ -29,6 +38,21 @@ void on_fork_child() noexcept {
 
 std::uint64_t fork_generation() noexcept {
   return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+bool close_in_fork_child(int fd) noexcept {
+  for (auto& slot : g_child_closes) {
+    int expected = 0;
+    if (slot.compare_exchange_strong(expected, fd + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+void forget_in_fork_child(int fd) noexcept {
+  for (auto& slot : g_child_closes) {
+    int expected = fd + 1;
+    if (slot.compare_exchange_strong(expected, 0, std::memory_order_relaxed)) return;
+  }
 }
 
 std::uint64_t random_instance_id() {

@@ -13,4 +13,11 @@ std::uint64_t random_instance_id();
 // and refuse to act on shared state when it differs: the child inherited them.
 std::uint64_t fork_generation() noexcept;
 
+// Descriptors that must not outlive their owner in a fork child (a name lock, which would keep a
+// dead producer's name held; a listening socket): the child closes them right after fork(). False
+// when the table is full (the descriptor then stays open in a child until it execs: CLOEXEC).
+bool close_in_fork_child(int fd) noexcept;
+// Forgets `fd` before its owner closes it (in the process that tracked it, not in a child).
+void forget_in_fork_child(int fd) noexcept;
+
 }  // namespace ipcring::detail

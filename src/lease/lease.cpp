@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -38,8 +40,27 @@ namespace ipcring::detail {
 namespace {
 class LeaseKeeper;
 std::atomic<LeaseKeeper*> g_keeper{nullptr};
-// The repair lock's process-local half: threads of this process (flock serialises processes).
-std::recursive_mutex g_repair_local;
+// The repair lock's process-local half, one per channel's control segment (device, inode): threads
+// of this process (flock serialises processes). Per channel, so that a repair lock held elsewhere
+// on one channel delays nothing of another. Made on first use and never freed (a channel's few
+// bytes); the table's mutex is held only for the look-up.
+using RepairKey = std::pair<dev_t, ino_t>;
+std::mutex g_repair_table_mutex;
+std::map<RepairKey, std::recursive_mutex*>* g_repair_table =
+    new std::map<RepairKey, std::recursive_mutex*>();
+
+std::recursive_mutex* repair_local_of(int object_fd) noexcept {
+  struct stat st {};
+  if (fstat(object_fd, &st) != 0) return nullptr;
+  try {
+    std::lock_guard g(g_repair_table_mutex);
+    auto& m = (*g_repair_table)[{st.st_dev, st.st_ino}];
+    if (m == nullptr) m = new std::recursive_mutex();  // NOLINT: lives until exit
+    return m;
+  } catch (...) {
+    return nullptr;  // out of memory: the caller reports the lock as busy
+  }
+}
 std::once_flag g_atfork_once;
 
 void on_fork_child() noexcept {
@@ -47,9 +68,11 @@ void on_fork_child() noexcept {
   // The keeper thread did not survive fork, and its mutex may have been copied locked. Abandon it
   // (deliberately leaked: destroying it would touch that state); a fresh one starts on demand.
   g_keeper.store(nullptr, std::memory_order_relaxed);
-  // A thread of the parent may have held the repair lock's local mutex at fork: the child has one
-  // thread and no repair lock, so it starts with a fresh, unlocked mutex.
-  new (&g_repair_local) std::recursive_mutex();
+  // A thread of the parent may have held a repair lock's local mutex (or the table's) at fork: the
+  // child has one thread and no repair lock, so it starts with fresh, unlocked ones (the parent's
+  // are leaked: they may be locked).
+  new (&g_repair_table_mutex) std::mutex();
+  g_repair_table = new std::map<RepairKey, std::recursive_mutex*>();  // NOLINT
 }
 
 void install_atfork() {
@@ -170,15 +193,15 @@ RepairLock::~RepairLock() {
 RepairLock::RepairLock(RepairLock&& other) noexcept
     : fd_(other.fd_), local_(other.local_), held_(other.held_) {
   other.fd_ = -1;
-  other.local_ = false;
+  other.local_ = nullptr;
   other.held_ = false;
 }
 
 void RepairLock::release() noexcept {
   if (fd_ >= 0) close(fd_);  // drops the flock
   fd_ = -1;
-  if (local_) g_repair_local.unlock();
-  local_ = false;
+  if (local_ != nullptr) local_->unlock();
+  local_ = nullptr;
   held_ = false;
 }
 
@@ -191,13 +214,15 @@ bool RepairLock::acquire(int object_fd, std::chrono::milliseconds wait) noexcept
   const std::uint64_t deadline =
       monotonic_ns() +
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, wait.count())) * 1'000'000ULL;
+  std::recursive_mutex* local = repair_local_of(object_fd);
+  if (local == nullptr) return false;
   // Polled (try_lock), like the flock below: a stalled holder must not make us wait forever.
-  while (!g_repair_local.try_lock()) {
+  while (!local->try_lock()) {
     if (monotonic_ns() >= deadline) return false;
     timespec pause{0, 1'000'000};
     nanosleep(&pause, nullptr);
   }
-  local_ = true;
+  local_ = local;
   // A fresh open file description: a flock belongs to the description, so one shared with a fork
   // child (an inherited descriptor) would not exclude the child.
   char path[48];

@@ -34,6 +34,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string_view>
 
@@ -69,8 +70,9 @@ LeaseProbe probe_lease(const MutexStorage& storage) noexcept;
 // ---- the repair lock ---------------------------------------------------------------------------
 
 // Exclusive flock on a fresh open file description of the object `object_fd` refers to (so that
-// a fork child sharing our descriptors does not share the lock), plus a process-local mutex (two
-// threads of one process). Released by the destructor, and by the kernel when the process dies.
+// a fork child sharing our descriptors does not share the lock), plus a process-local mutex of
+// that channel's (two threads of one process; another channel's lock never delays this one).
+// Released by the destructor, and by the kernel when the process dies.
 class RepairLock {
  public:
   RepairLock() = default;
@@ -88,7 +90,7 @@ class RepairLock {
  private:
   void release() noexcept;
   int fd_ = -1;
-  bool local_ = false;
+  std::recursive_mutex* local_ = nullptr;  // this channel's process-local half, while held
   bool held_ = false;
 };
 

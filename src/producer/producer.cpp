@@ -1,5 +1,4 @@
-// producer.cpp — the public Producer and Loan over the producer's core (producer_core.cpp); the
-// name's defence runs before each loan (name_defence.hpp).
+// producer.cpp — the public Producer and Loan over the producer's core (producer_core.cpp).
 #include "ipcring/producer.hpp"
 
 #include <unistd.h>
@@ -12,7 +11,6 @@
 #include "common/clock.hpp"
 #include "core.hpp"
 #include "ipcring/error.hpp"
-#include "producer/name_defence.hpp"
 
 namespace ipcring {
 
@@ -32,31 +30,13 @@ Producer::~Producer() {
 }
 
 Producer Producer::create(std::string_view name, const ChannelConfig& config) {
-  using namespace detail;
-  NameToken none;
-  std::unique_ptr<ProducerCore> core = create_producer_core(name, config, none, 0);
-  // The name is ours (a new object linked under it, or a dead producer's taken over): now its
-  // liveness token (follow.hpp), which is bound while another producer lives whose object's name
-  // was removed under it. Claimed after the name, so that a creator stalled half-way holds nothing
-  // a second creator could stumble on; refused, we close at once, which removes the name again.
-  try {
-    core->claim_token();
-  } catch (const Error& e) {
-    core.reset();
-    throw Error(e.code(), std::string(e.what()) +
-                              " (its object's name was removed under it; it restores the name "
-                              "within its reap period)");
-  }
-  watch_name(*core);
-  return Producer(core.release());
+  return Producer(detail::create_producer_core(name, config).release());
 }
 
 Result<Loan> Producer::loan() noexcept {
-  detail::defend_name(core_);
   return core_->loan();
 }
 Result<Loan> Producer::loan(CudaStream stream) noexcept {
-  detail::defend_name(core_);
   return core_->loan(stream);
 }
 
@@ -69,7 +49,6 @@ Result<Loan> Producer::loan(std::chrono::nanoseconds timeout, CudaStream stream)
       detail::monotonic_ns() +
       static_cast<std::uint64_t>(std::max<std::int64_t>(0, timeout.count()));
   for (;;) {
-    detail::defend_name(core_);
     Result<Loan> r = core_->loan(stream);
     if (r || r.status() != Status::no_free_slot) return r;
     if (detail::monotonic_ns() >= deadline) return Status::timeout;

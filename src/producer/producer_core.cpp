@@ -1,12 +1,13 @@
-// producer_core.cpp — the producer's core: create or take over a channel, loan, publish, reap,
-// close. The ring algorithms it runs are src/ring/writer.hpp's; this file is the object's lifetime
-// (the facade, Producer and Loan, is producer.cpp).
+// producer_core.cpp — the producer's core: create a channel, loan, publish, reap, close. The ring
+// algorithms it runs are src/ring/writer.hpp's; this file is the object's lifetime (the facade,
+// Producer and Loan, is producer.cpp).
 //
 // Concurrency: a Producer is used by one thread at a time. It shares the segment with readers in
 // other processes through the atomics of ring.hpp (P1-P6) and the leases of lease.hpp. The
 // producer lease (the header's robust mutex) is held by this process's lease keeper thread from
-// create until the Producer is destroyed; a second producer finds its lock word held. Probing,
-// reaping and takeover are the liveness module's (src/lease/lease.hpp).
+// create until the Producer is destroyed, so that readers see its death as a kernel fact; the name
+// is the name lock's (channel/name_lock.hpp), which a second producer finds held. Probing and
+// reaping are the liveness module's (src/lease/lease.hpp).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <thread>
 #include <utility>
 
+#include "channel/directory.hpp"
+#include "channel/name_lock.hpp"
 #include "common/clock.hpp"
 #include "common/errno_text.hpp"
 #include "common/process.hpp"
@@ -104,23 +107,29 @@ static std::unique_ptr<ProducerPool> make_producer_pool(const PoolRequest& req, 
   return backend == Backend::cuda ? make_cuda_producer_pool(req) : make_host_producer_pool(req);
 }
 
-ProducerCore::ProducerCore(std::string_view name, const ChannelConfig& config,
-                           std::uint64_t instance_id)
+ProducerCore::ProducerCore(std::string_view name, const ChannelConfig& config)
     : name_(name),
       config_(config),
-      instance_id_(instance_id != 0 ? instance_id : random_instance_id()),
+      instance_id_(random_instance_id()),
       fork_gen_(fork_generation()),
       reap_period_ns_(static_cast<std::uint64_t>(config.reap_period.count())) {}
 
-std::unique_ptr<ProducerCore> ProducerCore::create_new(std::string_view name,
-                                                       const ChannelConfig& config,
-                                                       const Geometry& geo,
-                                                       std::uint64_t instance_id) {
+std::unique_ptr<ProducerCore> ProducerCore::create(std::string_view name,
+                                                   const ChannelConfig& config,
+                                                   const Geometry& geo) {
   const std::string ch = channel_prefix(name);
-  std::unique_ptr<ProducerCore> core(new ProducerCore(name, config, instance_id));
-  // A new channel, made nameless and named only once complete (segment.hpp): nobody can find
-  // it before it is finished, and naming it never replaces anything.
-  auto mapping = create_segment(name, geo, config.mode);
+  // The name first: nothing of the channel exists before its lock is ours, and the lock is
+  // refused while another producer lives (in whatever namespace).
+  ChannelDirectory dir = ChannelDirectory::open(name, config.dir, true);
+  NameLock lock = NameLock::take(dir, name, config.mode);
+  // The channel's epochs go on across producers: the previous one recorded its own in the file.
+  const std::uint64_t epoch =
+      std::max<std::uint64_t>(1, lock.previous_epoch() + 1) & 0xffffffffffffULL;
+  lock.record_epoch(epoch);
+  fault_point("create.locked");
+  std::unique_ptr<ProducerCore> core(new ProducerCore(name, config));
+  // Fresh memory, reachable by nobody until the server hands it out.
+  auto mapping = create_segment(name, geo);
   fault_point("create.made");
   SegmentView view = mapping->view;
   ProducerBlock& p = view.producer();
@@ -133,153 +142,39 @@ std::unique_ptr<ProducerCore> ProducerCore::create_new(std::string_view name,
     core->holds_lease_ = true;
     core->mapping_ = mapping;
     core->view_ = view;
-    core->writer_.epoch = 1;
+    core->writer_.epoch = epoch;
     PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true, false, {}};
     req.reap = reaper_for(view);
     core->pool_ = make_producer_pool(req, config.backend);
+    // The producer's read-write mapping of the frames exists now: seal them against every other.
+    const int frames_ro = seal_frame_pool(name, *mapping);
     p.instance_id.store(core->instance_id_, std::memory_order_relaxed);
     p.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
     p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
-    p.lease_word.store(LeaseWord::make(1, LeaseState::active), std::memory_order_release);
+    p.lease_word.store(LeaseWord::make(epoch, LeaseState::active), std::memory_order_release);
     publish_header(view.header());  // (H1) last
     fault_point("create.published");
-    if (link_segment(*mapping, name)) {
-      core->last_reap_ns_ = monotonic_ns();
-      return core;
-    }
+    AccessPolicy policy;
+    policy.producer_uid = geteuid();
+    policy.uids = config.allow_uids;
+    policy.gids = config.allow_gids;
+    policy.directory = dir.trust();
+    ChannelServer::Memory memory;
+    memory.control_fd = mapping->fd();
+    memory.frames_fd = frames_ro;
+    memory.control_bytes = geo.segment_bytes;
+    memory.frames_bytes = geo.frames_segment_bytes;
+    memory.instance_id = core->instance_id_;
+    core->server_ =
+        std::make_unique<ChannelServer>(std::string(name), std::move(dir), std::move(lock),
+                                        config.mode, policy, memory, config.reap_period);
+    fault_point("create.served");
   } catch (...) {
     core->pool_.reset();
-    if (core->holds_lease_) keeper_give(p.lease);  // nobody else ever saw this object
+    if (core->holds_lease_) keeper_give(p.lease);  // nobody else ever saw this memory
     core->holds_lease_ = false;
     throw;
   }
-  // Someone named a channel meanwhile: ours was never seen; drop it and look at theirs.
-  core->pool_.reset();
-  keeper_give(p.lease);
-  core->holds_lease_ = false;
-  core->mapping_.reset();
-  return nullptr;
-}
-
-std::unique_ptr<ProducerCore> ProducerCore::open_existing(std::string_view name,
-                                                          const ChannelConfig& config,
-                                                          const Geometry& geo,
-                                                          const OpenedSegment& opened,
-                                                          std::uint64_t instance_id) {
-  const std::string ch = channel_prefix(name);
-  // The name exists: a live producer (refuse) or a dead or closed one (take over).
-  SegmentView view = opened.mapping->view;
-  ProducerBlock& p = view.producer();
-  RepairLock lock;
-  if (!lock.acquire(view.fd, std::chrono::milliseconds(2000))) {
-    throw Error(Errc::channel_busy,
-                ch + "its repair lock (flock) stayed taken for 2 s; another process is "
-                     "attaching, reaping or taking it over and is stalled (stopped?)");
-  }
-  if (!still_named(name, opened.mapping->device(), opened.mapping->inode())) return nullptr;
-  if (!lease_mutex_plausible(p.lease)) {
-    throw Error(Errc::corrupt_segment, ch + "the producer lease is not a robust mutex (kind " +
-                                           std::to_string(lease_mutex_kind(p.lease)) + ")");
-  }
-  // Read-only: a live producer's lock word has its thread id and no OWNER_DIED.
-  if (probe_lease(p.lease) == LeaseProbe::held) {
-    throw Error(Errc::producer_exists, ch + "already has a live producer (pid " +
-                                           std::to_string(p.pid.load(std::memory_order_relaxed)) +
-                                           "); only one producer may publish into a channel");
-  }
-  fault_point("takeover.locked");
-  const TakeResult taken = keeper_take(p.lease);
-  if (taken != TakeResult::taken && taken != TakeResult::owner_died) {
-    throw Error(Errc::corrupt_segment, ch + "the producer lease is not a usable mutex");
-  }
-  fault_point("takeover.taken");
-  const SegmentHeader& h = view.header();
-  const bool same_geometry = h.slots == geo.slots && h.max_readers == geo.max_readers &&
-                             h.max_held == geo.max_held && h.frame_bytes == geo.frame_bytes &&
-                             h.backend == geo.backend && h.metadata_bytes == geo.metadata_bytes;
-  if (!same_geometry) {
-    replace_unattached(name, geo, opened);
-    return nullptr;
-  }
-  return take_over(name, config, opened, instance_id);
-}
-
-// Another geometry was asked for, and we hold the old channel's lease and repair lock: refuse
-// while live readers are attached, else remove the old name so that the caller creates anew.
-void ProducerCore::replace_unattached(std::string_view name, const Geometry& geo,
-                                      const OpenedSegment& opened) {
-  const std::string ch = channel_prefix(name);
-  SegmentView view = opened.mapping->view;
-  ProducerBlock& p = view.producer();
-  const SegmentHeader& h = view.header();
-  reap_dead_readers_locked(view);
-  std::uint32_t live = 0;
-  for (std::uint32_t r = 0; r < view.geo.max_readers; ++r) {
-    if (LeaseWord::state(view.reader(r).lease_word.load(std::memory_order_acquire)) ==
-        static_cast<std::uint8_t>(LeaseState::active)) {
-      ++live;
-    }
-  }
-  if (live != 0) {
-    if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
-    throw Error(Errc::config_mismatch,
-                ch + "cannot take over with slots=" + std::to_string(geo.slots) + " max_readers=" +
-                    std::to_string(geo.max_readers) + " max_held=" + std::to_string(geo.max_held) +
-                    " frame_bytes=" + std::to_string(geo.frame_bytes) + ": the channel has slots=" +
-                    std::to_string(h.slots) + " max_readers=" + std::to_string(h.max_readers) +
-                    " max_held=" + std::to_string(h.max_held) +
-                    " frame_bytes=" + std::to_string(h.frame_bytes) + " and " +
-                    std::to_string(live) + " live reader(s) attached");
-  }
-  // Nobody is attached: replace the channel with one of the requested shape. Its name is
-  // removed only while we hold its lease and its repair lock, checked to be this object.
-  p.lease_word.store(
-      LeaseWord::make(LeaseWord::generation(p.lease_word.load()), LeaseState::closed),
-      std::memory_order_release);
-  unlink_name_if(object_name(name), opened.mapping->device(), opened.mapping->inode());
-  if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
-}
-
-// We hold the lease of a dead or closed producer of the same geometry (and the repair lock):
-// recover the slots and start a new epoch.
-std::unique_ptr<ProducerCore> ProducerCore::take_over(std::string_view name,
-                                                      const ChannelConfig& config,
-                                                      const OpenedSegment& opened,
-                                                      std::uint64_t instance_id) {
-  SegmentView view = opened.mapping->view;
-  ProducerBlock& p = view.producer();
-  std::unique_ptr<ProducerCore> core(new ProducerCore(name, config, instance_id));
-  // Takeover: new epoch.
-  core->holds_lease_ = true;
-  core->mapping_ = opened.mapping;
-  core->view_ = view;
-  const std::uint64_t old = p.lease_word.load(std::memory_order_acquire);
-  core->writer_.epoch = LeaseWord::generation(old) + 1;
-  try {
-    recover_after_producer_death(view);
-    PoolRequest req{std::string(name), view, config.mode, config.cuda_device, false, false, {}};
-    req.reap = reaper_for(view);
-    core->pool_ = make_producer_pool(req, config.backend);
-  } catch (...) {
-    if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(opened.mapping);  // NOLINT
-    core->holds_lease_ = false;
-    throw;
-  }
-  core->writer_.next_sequence = LogWord::sequence(p.head.load(std::memory_order_relaxed)) + 1;
-  core->writer_.published = p.published.load(std::memory_order_relaxed);
-  core->readers_reaped_ = p.readers_reaped.load(std::memory_order_relaxed);
-  core->writer_.loan_failures = p.loan_failures.load(std::memory_order_relaxed);
-  p.instance_id.store(core->instance_id_, std::memory_order_relaxed);
-  p.pid.store(static_cast<std::uint32_t>(getpid()), std::memory_order_relaxed);
-  p.started_ns.store(monotonic_ns(), std::memory_order_relaxed);
-  // (L2) release: readers that see the new epoch see the recovered slots.
-  p.lease_word.store(LeaseWord::make(core->writer_.epoch, LeaseState::active),
-                     std::memory_order_release);
-  p.wake.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake_all(p.wake);  // sleepers re-check and report the epoch change
-  const std::size_t n = reap_dead_readers_locked(view);
-  core->readers_reaped_ += n;
-  if (n != 0) p.readers_reaped.fetch_add(n, std::memory_order_relaxed);
   core->last_reap_ns_ = monotonic_ns();
   return core;
 }
@@ -400,57 +295,31 @@ ProducerCore::~ProducerCore() {
   futex_wake_all(p.wake);
   fault_point("close.closed");
   pool_.reset();
-  // Under the repair lock, so that a takeover never finds the lease between these steps.
+  // The names next (socket, then lock file), if still ours: no new reader finds this producer,
+  // and a new producer may start; readers that still map this memory keep it until they detach.
+  server_.reset();
+  fault_point("close.unnamed");
+  // Under the repair lock, so that no attacher locks the lease while glibc's unlock still has it
+  // on the keeper's list_op_pending.
   RepairLock lock;
   if (!lock.acquire(view_.fd, std::chrono::milliseconds(2000))) {
-    // Cannot give the lease back safely (a takeover could lock it while glibc's unlock still has
-    // it on the keeper's list_op_pending): keep it, and the mapping, until this process exits.
+    // Cannot give the lease back safely: keep it, and the mapping, until this process exits.
     new std::shared_ptr<Mapping>(mapping_);  // NOLINT: deliberately leaked
     return;
   }
-  // Remove the name if it still refers to our object (ringdump rm --force and a new producer may
-  // have replaced it): processes that still map the object keep it until they detach.
-  unlink_name_if(object_name(name_), mapping_->device(), mapping_->inode());
-  fault_point("close.unlinked");
   if (!keeper_give(p.lease)) new std::shared_ptr<Mapping>(mapping_);  // NOLINT: abandoned lease
 }
 
 std::unique_ptr<ProducerCore> create_producer_core(std::string_view name,
-                                                   const ChannelConfig& config, NameToken& token,
-                                                   std::uint64_t instance_id) {
+                                                   const ChannelConfig& config) {
   validate_name(name);
   check_config(name, config);
   self_test_robust_mutexes();
-  const std::string ch = channel_prefix(name);
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   const Geometry geo =
       compute_geometry(config.slots, config.max_readers, config.max_held, config.frame_bytes,
                        static_cast<std::uint32_t>(config.backend), page, config.metadata_bytes);
-
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    OpenedSegment opened;
-    try {
-      opened = open_segment(name);
-    } catch (const Error& e) {
-      if (e.code() != Errc::not_found) throw;
-    }
-    if (!opened.mapping) {
-      // A new channel; nullptr: someone named one meanwhile, look at theirs.
-      if (auto core = ProducerCore::create_new(name, config, geo, instance_id)) {
-        core->take_token(token);
-        return core;
-      }
-      continue;
-    }
-    // The name exists: a live producer (refuse), a dead or closed one (take over), or one of
-    // another geometry nobody is attached to (replace); nullptr: look again.
-    if (auto core = ProducerCore::open_existing(name, config, geo, opened, instance_id)) {
-      core->take_token(token);
-      return core;
-    }
-  }
-  throw Error(Errc::system_error, ch + "could not create or take over the channel: its "
-                                       "segment kept changing under us");
+  return ProducerCore::create(name, config, geo);
 }
 
 }  // namespace detail

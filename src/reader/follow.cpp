@@ -1,5 +1,5 @@
-// follow.cpp — a reader follows its channel by name across a clean restart or a re-creation
-// (follow.hpp has the overview, docs/protocol.md "Following a channel by name" the argument).
+// follow.cpp — a reader follows its channel across a restart or a re-creation (follow.hpp has the
+// overview, docs/protocol.md "Following a channel" the argument).
 //
 // Concurrency: follow_after and read_following run on the Reader's one thread.
 #include "reader/follow.hpp"
@@ -14,9 +14,7 @@
 #include "common/clock.hpp"
 #include "core.hpp"
 #include "ipcring/error.hpp"
-#include "ipcring/naming.hpp"
 #include "lease/lease.hpp"
-#include "lease/name_token.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
 
@@ -26,48 +24,18 @@ namespace ipcring::detail {
 class Follow {
  public:
   static Result<Frame> after(ReaderCore*& core, Result<Frame> result) noexcept;
-
- private:
-  static bool hand_on(const ReaderCore& old, ReaderCore& next) noexcept;
 };
 
 Result<Frame> follow_after(ReaderCore*& core, Result<Frame> result) noexcept {
   return Follow::after(core, std::move(result));
 }
 
-// What the old core hands on to the one that follows the name; true when the same producer
-// (instance id) moved to a fresh object to restore its name.
-bool Follow::hand_on(const ReaderCore& old, ReaderCore& next) noexcept {
-  // The same producer (instance id) moved to a fresh object to restore its name: no producer
-  // ended, the sequence numbers go on, and nothing is reported.
-  const std::uint64_t old_instance =
-      old.view_.producer().instance_id.load(std::memory_order_relaxed);
-  const std::uint64_t new_instance =
-      next.view_.producer().instance_id.load(std::memory_order_relaxed);
-  const bool moved = old_instance != 0 && old_instance == new_instance;
-  next.cursor_.overruns = old.cursor_.overruns;  // frames lost so far, whatever the object
-  if (moved) {
-    // Go on from the last frame read (a sequential reader then reads what the new object
-    // published before we came, and counts what the old one published unread as overruns). The
-    // moved producer's sequence numbers go on from the old object's, also when the new object
-    // has published nothing yet (head 0).
-    const std::uint64_t head =
-        LogWord::sequence(next.view_.producer().head.load(std::memory_order_acquire));
-    if (head == 0 || old.cursor_.last_sequence <= head) {
-      next.cursor_.last_sequence = old.cursor_.last_sequence;
-    }
-    next.view_.reader(next.cursor_.index)
-        .last_sequence.store(next.cursor_.last_sequence, std::memory_order_relaxed);
-  }
-  return moved;
-}
-
 Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   ReaderCore& c = *core;
   const bool reported_now = result.status() == Status::producer_gone;
   if (c.forked()) return result;
-  // A live producer (this epoch's, or one that took the object over) keeps the reader here: the
-  // name is looked at only once the object's producer has ended. Loads only, and first: this runs
+  // A live producer keeps the reader here: the socket is asked only once the memory's producer has
+  // ended. Loads only, and first: this runs
   // after every try_read that found no frame, so a polling reader of a live channel reads no clock
   // here (a clock read per poll lengthened the polling loop, and with it the time to see a frame).
   if (producer_lease_alive(c.view_)) return result;
@@ -78,24 +46,28 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   c.follow_next_ns_ = now + c.probe_period_ns();
   ReaderCore* next = nullptr;
   try {
-    bool missing = false;
-    if (!name_moved(object_path(c.name_), c.mapping_->device(), c.mapping_->inode(), missing)) {
-      return result;  // no name (yet), or still this object: a takeover may come here
-    }
     ReaderOptions o = c.options_;
     o.wait_for_channel = std::chrono::nanoseconds(0);
     next = attach_reader_core(c.name_, o);
+    if (next->mapping_ == c.mapping_) {  // the ended producer's process still answers
+      ReaderCore::drop_handle(next);
+      return result;
+    }
   } catch (const Error& e) {
-    // Not there or not finished yet: look again next period. Anything else (permissions, layout
-    // version, every reader entry taken, a corrupt object) is reported once, as evicted, with the
-    // message (naming the channel and the values) in Reader::follow_error().
-    if (e.code() == Errc::not_found || e.code() == Errc::not_ready) return result;
+    // No producer answers yet, or it is stalled: look again next period. Anything else (a
+    // producer this reader does not trust, one that refuses it, another layout version, every
+    // reader entry taken, corrupt memory) is reported once, as evicted, with the message (naming
+    // the channel and the values) in Reader::follow_error().
+    if (e.code() == Errc::not_found || e.code() == Errc::not_ready ||
+        e.code() == Errc::channel_busy) {
+      return result;
+    }
     if (reported_now) {  // the end of our producer first; the refusal on the next look
       c.follow_next_ns_ = now;
       return result;
     }
     try {
-      std::string text = std::string("cannot follow the channel to its new object: ") + e.what();
+      std::string text = std::string("cannot follow the channel to its new producer: ") + e.what();
       if (c.follow_error_ == text) return result;
       c.follow_error_ = std::move(text);
     } catch (...) {
@@ -105,16 +77,16 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
   } catch (...) {
     return result;  // out of memory: try again next period
   }
-  const bool moved = hand_on(c, *next);
+  next->cursor_.overruns = c.cursor_.overruns;  // frames lost so far, whatever the memory
   // producer_gone exactly once per ended producer: now, unless the core reported it already.
-  const bool report = !moved && !c.cursor_.gone_reported;
+  const bool report = !c.cursor_.gone_reported;
   c.cursor_.gone_reported = true;
   // The old core lives on in the frames still held (their mapping and lease stay valid) and ends
   // with the last of them; with none held it ends (detaches) here.
   ReaderCore::drop_handle(core);
   core = next;
   if (report) return Status::producer_gone;
-  if (reported_now && !moved) return result;
+  if (reported_now) return result;
   return core->try_read();
 }
 

@@ -365,7 +365,11 @@ ReaderCore* attach_reader_core(std::string_view name, const ReaderOptions& optio
     throw Error(Errc::invalid_argument, channel_prefix(name) + "unknown read policy " +
                                             std::to_string(static_cast<unsigned>(options.policy)));
   }
-  OpenedSegment opened = open_segment(name);
+  OpenedSegment opened = open_channel(name, options.dir, options.trust_uids);
+  // This process's readers whose last frame was released just now are still being detached by
+  // the retirement thread: their entries are ours to reuse, so wait for them (returns at once
+  // when none is pending) instead of refusing with too_many_readers.
+  finish_retired_readers();
   // The pool, a reader entry, the cursor at the newest frame (throws too_many_readers).
   return ReaderCore::attach(name, options, opened);
 }

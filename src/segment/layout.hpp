@@ -1,17 +1,17 @@
 // layout.hpp — the shared-memory ABI of an ipcring channel. Everything that lives in shared memory
 // is declared here and nowhere else.
 //
-// A channel is ONE POSIX shared-memory object, /dev/shm/ipcring.<name>, so that there is no second
-// name to race over (docs/protocol.md, "Names"):
-//   [0, segment_bytes)                          the control segment (this file's structs), mapped
-//                                               read-write by the producer, every reader and the
-//                                               inspector;
-//   [frames_offset, frames_offset + frames_segment_bytes)
-//                                               the host frame pool (host backend only), `slots`
+// A channel's memory is two sealed memfds that have no name; the producer hands them to the
+// readers its policy allows over the channel's socket (docs/protocol.md, "Trust"):
+//   the control segment, [0, segment_bytes)     this file's structs, mapped read-write by the
+//                                               producer, every reader and the inspector (sealed
+//                                               against shrinking and growing);
+//   the frame pool, frames_segment_bytes        the host frame pool (host backend only), `slots`
 //                                               page-aligned buffers, mapped read-write by the
-//                                               producer and read-only by readers.
-// object_bytes = frames_offset + frames_segment_bytes is the object's size, reserved in full
-// (fallocate) before the object gets its name.
+//                                               producer, then sealed against writes: readers get
+//                                               a read-only description and map it read-only.
+// The header keeps frames_offset (== segment_bytes) and object_bytes (the sum of both sizes):
+// what the channel reserves, in full (fallocate), before anyone can reach it.
 //
 // Control segment, in order (every block starts on a 128-byte line):
 //
@@ -61,7 +61,7 @@ namespace ipcring::detail {
 inline constexpr std::size_t kLine = 128;
 
 inline constexpr std::uint64_t kMagic = 0x31474e4952435049ULL;  // "IPCRING1" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 5;              // 2: head carries (sequence, slot)
+inline constexpr std::uint32_t kLayoutVersion = 6;              // 2: head carries (sequence, slot)
 // 3: one object per channel (frames_offset, object_bytes); producer `waiting` is a reader bit
 //    mask, not a count; lease mutexes are probed read-only (docs/protocol.md, "Liveness");
 //    or (a parallel line of development) per-slot frame headers and the reader delay histogram;
@@ -72,6 +72,9 @@ inline constexpr std::uint32_t kLayoutVersion = 5;              // 2: head carri
 // 5: the descriptor shares the slot state word's line, with a flags word that says whether the
 //    frame header was written (readers skip its line when not): a reader's claim CAS brings the
 //    descriptor with it.
+// 6: the memory has no name: the control segment and the frame pool are two sealed memfds handed
+//    out over the channel's socket (frames_offset and object_bytes keep their values: the frame
+//    pool's memfd holds what was [frames_offset, object_bytes) of the one object).
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -488,7 +491,8 @@ constexpr Geometry compute_geometry(
 struct SegmentView {
   unsigned char* base = nullptr;
   Geometry geo;
-  int fd = -1;  // the object's descriptor (process-local; -1 for an in-memory image)
+  int fd = -1;         // the control segment's memfd (process-local; -1 for an in-memory image)
+  int frames_fd = -1;  // the frame pool's memfd (host channels; -1 otherwise)
 
   SegmentHeader& header() const noexcept { return *reinterpret_cast<SegmentHeader*>(base); }
   ProducerBlock& producer() const noexcept {

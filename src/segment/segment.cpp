@@ -2,9 +2,10 @@
 
 #include <fcntl.h>
 #include <gnu/libc-version.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,70 +70,117 @@ Mapping::~Mapping() {
   }
   munmap(base_, size_);
   close(fd_);
+  if (frames_fd_ >= 0) close(frames_fd_);
 }
 
-std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
-                                        unsigned mode) {
+void Mapping::adopt_frames_fd(int fd) noexcept {
+  if (frames_fd_ >= 0) close(frames_fd_);
+  frames_fd_ = fd;
+  view.frames_fd = fd;
+}
+
+std::string memory_label(std::string_view channel, std::string_view what) {
+  return "ipcring:" + std::string(what) + ":" + std::string(channel);
+}
+
+namespace {
+
+constexpr unsigned kResizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+// A memfd of `bytes`, reserved in full and sealed against resizing. Throws Error.
+int make_memory(std::string_view channel, const char* what, std::uint64_t bytes) {
   const std::string ch = channel_prefix(channel);
-  // Nameless until link_segment: nobody can open it, remove it or mistake it for a channel.
-  int fd = open(std::string(kShmDirectory).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode & 0777);
+  const std::string label = memory_label(channel, what);
+  const int fd = memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     const int err = errno;
-    throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::unsupported,
-                ch + "cannot create an unnamed object in /dev/shm (open O_TMPFILE): " +
-                    errno_text(err) + " (errno " + std::to_string(err) +
-                    "); /dev/shm must be a tmpfs of Linux 3.11 or later");
+    throw Error(Errc::unsupported, ch + "memfd_create: " + errno_text(err) + " (errno " +
+                                       std::to_string(err) +
+                                       "); ipcring needs Linux 3.17 or later");
   }
-  auto fail = [&](const std::string& what, int err) {
-    close(fd);  // the object vanishes with its last descriptor: nothing is left behind
-    throw_system(channel, what, err);
-  };
-  if (fchmod(fd, mode & 0777) != 0) fail("fchmod", errno);  // the umask must not narrow it
-  // Reserve every page now (Docker's /dev/shm is 64 MiB): a page fault later cannot SIGBUS.
-  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(geo.object_bytes)); err != 0) {
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
     close(fd);
-    if (err == ENOSPC || err == EFBIG) {
-      struct statvfs vfs {};
-      std::string free_text = "unknown";
-      if (statvfs(std::string(kShmDirectory).c_str(), &vfs) == 0) {
-        free_text = std::to_string(static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize);
-      }
-      const std::uint64_t mib = (geo.object_bytes + (1ULL << 20) - 1) >> 20;
+    throw_system(
+        channel,
+        std::string("ftruncate of the ") + what + " to " + std::to_string(bytes) + " bytes", err);
+  }
+  // Reserve every page now: a page fault later cannot SIGBUS.
+  if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err != 0) {
+    close(fd);
+    if (err == ENOSPC || err == ENOMEM || err == EFBIG) {
+      const std::uint64_t mib = (bytes + (1ULL << 20) - 1) >> 20;
       throw Error(Errc::no_space,
-                  ch + "needs " + std::to_string(geo.object_bytes) +
-                      " bytes of shared memory but /dev/shm has " + free_text +
-                      " bytes free; in a container give it more (docker run --shm-size=" +
-                      std::to_string(mib + 64) +
-                      "m, or --ipc=host), or make the channel smaller "
-                      "(slots * frame_bytes)");
+                  ch + "cannot reserve the " + what + "'s " + std::to_string(bytes) + " bytes (" +
+                      std::to_string(mib) + " MiB) of shared memory: " + errno_text(err) +
+                      "; the machine or this process's memory cgroup (a container's --memory) "
+                      "has too little left; make the channel smaller (slots * frame_bytes) or "
+                      "give it more memory");
     }
-    throw_system(channel, "posix_fallocate of " + std::to_string(geo.object_bytes) + " bytes", err);
+    throw_system(
+        channel,
+        std::string("posix_fallocate of the ") + what + "'s " + std::to_string(bytes) + " bytes",
+        err);
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) fail("fstat", errno);
-  if ((st.st_mode & 0777) != (mode & 0777)) {
+  if (fcntl(fd, F_ADD_SEALS, kResizeSeals) != 0) {
+    const int err = errno;
     close(fd);
-    throw Error(Errc::permission_denied, ch + "created with mode " +
-                                             format_mode(st.st_mode & 0777) + " instead of " +
-                                             format_mode(mode & 0777));
+    throw_system(channel, std::string("sealing the ") + what, err);
   }
-  return map_control_segment(channel, fd, geo, st.st_dev, st.st_ino, 0);
+  return fd;
 }
 
-bool link_segment(const Mapping& mapping, std::string_view channel) {
-  const std::string path = shm_path(object_name(channel));
+}  // namespace
+
+std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo) {
+  const int fd = make_memory(channel, "control segment", geo.segment_bytes);
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    close(fd);
+    throw_system(channel, "sealing the control segment", err);
+  }
+  int frames = -1;
+  if (geo.frames_segment_bytes != 0) {
+    try {
+      frames = make_memory(channel, "frame pool", geo.frames_segment_bytes);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    if (frames >= 0) close(frames);
+    throw_system(channel, "fstat", err);
+  }
+  std::shared_ptr<Mapping> m;
+  try {
+    m = map_control_segment(channel, fd, geo, st.st_dev, st.st_ino, 0);
+  } catch (...) {
+    if (frames >= 0) close(frames);
+    throw;
+  }
+  if (frames >= 0) m->adopt_frames_fd(frames);
+  return m;
+}
+
+int seal_frame_pool(std::string_view channel, const Mapping& mapping) {
+  if (mapping.frames_fd() < 0) return -1;
+  // From now on no mapping or write(2) through any descriptor can change the frames but the
+  // producer's existing read-write mapping.
+  if (fcntl(mapping.frames_fd(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    throw_system(channel, "sealing the frame pool against writes (F_SEAL_FUTURE_WRITE, Linux 5.1)",
+                 errno);
+  }
+  // A description of its own, opened read-only, for the readers.
   char proc[48];
-  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mapping.fd());
-  // linkat never replaces: EEXIST when the name exists. Through /proc (no capability needed);
-  // AT_EMPTY_PATH where /proc is not mounted (needs CAP_DAC_READ_SEARCH on older kernels).
-  if (linkat(AT_FDCWD, proc, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
-  int err = errno;
-  if (err == EEXIST) return false;
-  if (linkat(mapping.fd(), "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH) == 0) return true;
-  const int err2 = errno;
-  if (err2 == EEXIST) return false;
-  err = err == ENOENT ? err2 : err;
-  throw_system(channel, "cannot name the new object " + path + " (linkat)", err);
+  std::snprintf(proc, sizeof proc, "/proc/self/fd/%d", mapping.frames_fd());
+  const int ro = open(proc, O_RDONLY | O_CLOEXEC);
+  if (ro < 0)
+    throw_system(channel, "reopening the frame pool read-only (" + std::string(proc) + ")", errno);
+  return ro;
 }
 
 void write_header(SegmentHeader& h, std::string_view channel, const Geometry& geo,
@@ -299,49 +347,7 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   return g;
 }
 
-int open_object(std::string_view channel) {
-  const std::string object = object_name(channel);
-  const int fd = shm_open(object.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0 && errno != ENOENT) throw_system(channel, "cannot open " + shm_path(object), errno);
-  return fd;
-}
-
-OpenedSegment open_segment(std::string_view channel) {
-  validate_name(channel);
-  const int fd = open_object(channel);
-  if (fd < 0) {
-    throw Error(Errc::not_found, channel_prefix(channel) + "no such channel (" +
-                                     object_path(channel) +
-                                     " does not exist); is its producer running?");
-  }
-  try {
-    OpenedSegment opened = open_segment_fd(channel, fd);
-    close(fd);
-    return opened;
-  } catch (...) {
-    close(fd);
-    throw;
-  }
-}
-
 namespace {
-
-// Owner and mode before reading anything: a segment of another user is refused unless its
-// creator opened it to group or others on purpose, and never when it is world-writable.
-void check_owner_and_mode(std::string_view channel, const std::string& object,
-                          const struct stat& st) {
-  const unsigned mode = st.st_mode & 07777;
-  if ((mode & 0002) != 0 || (mode & 07000) != 0) {
-    throw Error(Errc::permission_denied, channel_prefix(channel) + "refusing " + shm_path(object) +
-                                             " with unsafe mode " + format_mode(mode));
-  }
-  if (st.st_uid != geteuid() && geteuid() != 0 && (mode & 0060) != 0060) {
-    throw Error(Errc::permission_denied,
-                channel_prefix(channel) + shm_path(object) + " belongs to uid " +
-                    std::to_string(st.st_uid) + " (mode " + format_mode(mode) +
-                    "), not to this process's uid " + std::to_string(geteuid()));
-  }
-}
 
 // This process's mapping of the object (dev, ino), if it has one.
 std::shared_ptr<Mapping> registered_mapping(const struct stat& st) {
@@ -353,30 +359,21 @@ std::shared_ptr<Mapping> registered_mapping(const struct stat& st) {
 // The header, read with pread, not through a mapping: a short or sparse object (on a full tmpfs a
 // touch of an unbacked page is SIGBUS) cannot hurt a read. Checks magic in the private copy; the
 // acquire load that orders later loads (H2) is made through the mapping (map_control_segment).
-void read_header_copy(std::string_view channel, const std::string& object, int fd,
-                      std::uint64_t size, SegmentHeader& copy) {
+void read_header_copy(std::string_view channel, int fd, std::uint64_t size, SegmentHeader& copy) {
   const std::string ch = channel_prefix(channel);
   std::memset(static_cast<void*>(&copy), 0, sizeof copy);
   const ssize_t got = pread(fd, &copy, sizeof copy, 0);
   if (got < 0) throw_system(channel, "pread of the header", errno);
   const std::uint64_t magic = copy.magic.load(std::memory_order_relaxed);
-  const std::string not_made_here =
-      "ipcring names an object only once it is complete, so this one was not made by this "
-      "version's Producer::create";
-  const std::string remove_it = "Remove it with 'ringdump rm --force " + std::string(channel) + "'";
   if (static_cast<std::size_t>(got) < sizeof copy) {
-    if (magic == 0) {
-      throw Error(Errc::not_ready, ch + shm_path(object) + " is " + std::to_string(size) +
-                                       " bytes and has no header; " + not_made_here + ". " +
-                                       remove_it);
-    }
-    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: the object is " +
+    throw Error(Errc::corrupt_segment, ch + "corrupt control segment: it is " +
                                            std::to_string(size) +
                                            " bytes, smaller than its header");
   }
   if (magic == 0) {
-    throw Error(Errc::not_ready, ch + shm_path(object) + " has no magic: " + not_made_here +
-                                     " (an older version's creator that died?). " + remove_it);
+    // A producer hands its memory out only after publishing the header.
+    throw Error(Errc::not_ready, ch + "the control segment has no magic: its producer handed it "
+                                      "out unfinished");
   }
   if (magic != kMagic) {
     throw Error(Errc::version_mismatch, ch + "not an ipcring segment of this family: magic is " +
@@ -384,16 +381,64 @@ void read_header_copy(std::string_view channel, const std::string& object, int f
   }
 }
 
-// Every page must be backed: a sparse object could SIGBUS on a full /dev/shm when touched.
-void check_backed(std::string_view channel, const std::string& object, const struct stat& st) {
+// Touching a page must not be able to kill us (SIGBUS). A page of a file on a size-limited tmpfs
+// that is a hole (or was only preallocated beyond the end, FALLOC_FL_KEEP_SIZE, which st_blocks
+// cannot tell from a reserved page) faults in only while the file system has room; hugetlbfs
+// pages only while huge pages are free. A memfd of the kernel's internal shmem mount (every
+// memfd_create without MFD_HUGETLB) has no size limit: a hole there is filled on first touch, as
+// any anonymous memory is, and never raises SIGBUS. So the memory must be such a memfd: shmem
+// (TMPFS_MAGIC) and sealable (a tmpfs file that was not made by memfd_create refuses every
+// seal, and the caller requires resize seals); and its block count must cover its size, which a
+// producer's full reservation (fallocate at create) gives.
+void check_backed(std::string_view channel, const char* what, int fd, const struct stat& st) {
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    throw Error(Errc::corrupt_segment,
+                channel_prefix(channel) + "the " + what +
+                    " is not shared memory of a memfd "
+                    "(file system " +
+                    format_hex(static_cast<std::uint64_t>(fs.f_type)) +
+                    "); its pages might not be backed, and touching one could kill this process "
+                    "(SIGBUS)");
+  }
   const auto size = static_cast<std::uint64_t>(st.st_size);
   const auto backed = static_cast<std::uint64_t>(st.st_blocks) * 512;
   if (backed < size) {
     throw Error(Errc::corrupt_segment,
-                channel_prefix(channel) + "corrupt control segment: " + shm_path(object) + " is " +
-                    std::to_string(size) + " bytes but only " + std::to_string(backed) +
-                    " are backed by memory; touching the rest could kill this process (SIGBUS)");
+                channel_prefix(channel) + "corrupt " + what + ": it is " + std::to_string(size) +
+                    " bytes but only " + std::to_string(backed) +
+                    " are reserved; its producer reserves all of it at create");
   }
+}
+
+// A received descriptor: a regular file (memfd) of `bytes`, with at least `seals`, opened with
+// `access` (O_RDWR or O_RDONLY) or, for the frame pool, read-only.
+void check_received(std::string_view channel, const char* what, int fd, std::uint64_t bytes,
+                    unsigned seals, bool read_only, struct stat& st) {
+  const std::string ch = channel_prefix(channel);
+  if (fstat(fd, &st) != 0) throw_system(channel, std::string("fstat of the ") + what, errno);
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(Errc::corrupt_segment, ch + "the producer sent a " + what +
+                                           " that is not a memory file (mode " +
+                                           format_mode(st.st_mode) + ")");
+  }
+  if (static_cast<std::uint64_t>(st.st_size) != bytes) {
+    throw Error(Errc::corrupt_segment, ch + "the " + what + " is " + std::to_string(st.st_size) +
+                                           " bytes, not the " + std::to_string(bytes) +
+                                           " its producer announced");
+  }
+  const int have = fcntl(fd, F_GET_SEALS);
+  if (have < 0 || (static_cast<unsigned>(have) & seals) != seals) {
+    throw Error(Errc::corrupt_segment,
+                ch + "the " + what + " is not sealed as a producer seals it (seals " +
+                    format_hex(static_cast<std::uint32_t>(have < 0 ? 0 : have)) + ", needs " +
+                    format_hex(seals) + "): another process could resize it under us");
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (read_only && (flags < 0 || (flags & O_ACCMODE) != O_RDONLY)) {
+    throw Error(Errc::corrupt_segment, ch + "the " + what + " was not handed out read-only");
+  }
+  check_backed(channel, what, fd, st);
 }
 
 }  // namespace
@@ -407,8 +452,8 @@ std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, c
     throw_system(channel, "mmap of " + std::to_string(geo.segment_bytes) + " bytes", err);
   }
   // (H2) acquire, pairs with (H1): everything the creator wrote before magic is visible to our
-  // loads through this mapping. (The name appeared only after (H1), so magic is set; a new
-  // object's magic is 0 until its creator publishes it.)
+  // loads through this mapping. (The producer hands memory out only after (H1), so magic is set;
+  // new memory's magic is 0 until its creator publishes it.)
   if (static_cast<SegmentHeader*>(base)->magic.load(std::memory_order_acquire) != expected_magic) {
     munmap(base, geo.segment_bytes);
     close(fd);
@@ -428,53 +473,55 @@ std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, c
 void* map_frame_pool(std::string_view channel, const SegmentView& view, FrameAccess access) {
   const int prot = access == FrameAccess::read_only ? PROT_READ : PROT_READ | PROT_WRITE;
   const int flags = access == FrameAccess::copy_on_write ? MAP_PRIVATE : MAP_SHARED;
-  void* base = mmap(nullptr, view.geo.frames_segment_bytes, prot, flags, view.fd,
-                    static_cast<off_t>(view.geo.frames_offset));
+  void* base = mmap(nullptr, view.geo.frames_segment_bytes, prot, flags, view.frames_fd, 0);
   if (base == MAP_FAILED) {
-    throw_system(channel,
-                 "mmap of the frame pool (" + std::to_string(view.geo.frames_segment_bytes) +
-                     " bytes at offset " + std::to_string(view.geo.frames_offset) + ")",
-                 errno);
+    throw_system(
+        channel,
+        "mmap of the frame pool (" + std::to_string(view.geo.frames_segment_bytes) + " bytes)",
+        errno);
   }
   return base;
 }
 
-OpenedSegment open_segment_fd(std::string_view channel, int object_fd) {
-  const std::string object = object_name(channel);
+OpenedSegment open_received(std::string_view channel, int& control_fd, int& frames_fd,
+                            std::uint64_t control_bytes, std::uint64_t frames_bytes) {
+  const std::string ch = channel_prefix(channel);
   struct stat st {};
-  if (fstat(object_fd, &st) != 0) throw_system(channel, "fstat", errno);
-  check_owner_and_mode(channel, object, st);
-  const auto owner = static_cast<std::uint32_t>(st.st_uid);
-  const std::uint32_t mode = st.st_mode & 07777;
-  if (auto existing = registered_mapping(st)) return OpenedSegment{existing, owner, mode};
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  check_received(channel, "control segment", control_fd, control_bytes, kResizeSeals, false, st);
+  if (frames_fd >= 0) {
+    struct stat fst {};
+    check_received(channel, "frame pool", frames_fd, frames_bytes,
+                   kResizeSeals | F_SEAL_FUTURE_WRITE, true, fst);
+  }
+  if (auto existing = registered_mapping(st)) {
+    close(control_fd);
+    control_fd = -1;
+    if (frames_fd >= 0) close(frames_fd);
+    frames_fd = -1;
+    return OpenedSegment{existing, 0, 0};
+  }
   SegmentHeader copy;
-  read_header_copy(channel, object, object_fd, size, copy);
-  const Geometry g = validate_header(copy, size, channel, true);
-  check_backed(channel, object, st);
-  const int fd = fcntl(object_fd, F_DUPFD_CLOEXEC, 0);
-  if (fd < 0) throw_system(channel, "dup", errno);
-  return OpenedSegment{map_control_segment(channel, fd, g, st.st_dev, st.st_ino, kMagic), owner,
-                       mode};
-}
-
-bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept {
-  bool missing = false;
-  return !name_moved(shm_path(object_name(channel)), dev, ino, missing) && !missing;
-}
-
-// True when `path` names another object than (dev, ino), or nothing at all (`missing`).
-bool name_moved(const std::string& path, dev_t dev, ino_t ino, bool& missing) noexcept {
-  struct stat st {};
-  missing = stat(path.c_str(), &st) != 0;
-  return !missing && (st.st_dev != dev || st.st_ino != ino);
-}
-
-bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept {
-  struct stat st {};
-  if (stat(shm_path(object).c_str(), &st) != 0) return false;
-  if (st.st_dev != dev || st.st_ino != ino) return false;
-  return shm_unlink(object.c_str()) == 0;
+  read_header_copy(channel, control_fd, static_cast<std::uint64_t>(st.st_size), copy);
+  const Geometry g = validate_header(copy, static_cast<std::uint64_t>(st.st_size), channel, false);
+  if ((g.frames_segment_bytes != 0) != (frames_fd >= 0) ||
+      (frames_fd >= 0 && g.frames_segment_bytes != frames_bytes)) {
+    throw Error(Errc::corrupt_segment,
+                ch + "corrupt control segment: its header says the frame pool has " +
+                    std::to_string(g.frames_segment_bytes) + " bytes, the producer sent " +
+                    (frames_fd >= 0 ? std::to_string(frames_bytes) + " bytes" : "none"));
+  }
+  const int fd = control_fd;
+  control_fd = -1;  // consumed by map_control_segment, even when it throws
+  auto mapping = map_control_segment(channel, fd, g, st.st_dev, st.st_ino, kMagic);
+  if (frames_fd >= 0) {
+    if (mapping->frames_fd() < 0) {
+      mapping->adopt_frames_fd(frames_fd);
+    } else {
+      close(frames_fd);  // a concurrent open registered the same segment first
+    }
+    frames_fd = -1;
+  }
+  return OpenedSegment{mapping, 0, 0};
 }
 
 }  // namespace ipcring::detail

@@ -1,21 +1,16 @@
-// segment.hpp — creating, opening, validating and mapping a channel's object (the one code path for
-// it), and the name checks removal uses. Names come from common/naming.hpp.
+// segment.hpp — creating, validating and mapping a channel's memory (the one code path for it).
 //
-// Creation with evidence (docs/protocol.md, "Names"): the object is made nameless
-// (open(O_TMPFILE) in /dev/shm), its mode set by fchmod (the umask must not change it), its whole
-// size reserved with fallocate (no later page fault can SIGBUS), the creator fills it, locks its
-// producer lease and stores `magic` last with release ordering (publish_header); only then does it
-// get its name, with linkat(), which fails with EEXIST instead of replacing anything. Nobody can
-// find an unfinished object, so there is no "creator stalled or dead?" question to answer.
-// Opening: fstat owner, mode, size and backing, read the header with pread (never through a
-// mapping of an object that may be short or unbacked), check magic, layout version, type sizes,
-// libc identity and every geometry field against the layout recomputed locally; then map.
-// Removal (remove_channel in inspect.cpp, a producer's clean exit): under the object's repair lock
-// (lease.hpp, above this module), with open_object, still_named and unlink_name_if from here, after
-// checking that the name still refers to that very object (device and inode), so a name is never
-// removed on the strength of a check made on another object.
-// Plain POSIX, not Boost.Interprocess: docs/architecture.md, "One shared-memory object per
-// channel", says why.
+// Creation: the control segment and (host channels) the frame pool are memfds
+// (MFD_ALLOW_SEALING), sized and reserved in full with fallocate (no later page fault can SIGBUS),
+// then sealed against shrinking and growing; the frame pool, once the producer has mapped it
+// read-write, also against writes (F_SEAL_FUTURE_WRITE), and readers get it as a read-only open
+// file description. The creator fills the control segment, locks its producer lease and stores
+// `magic` last with release ordering (publish_header); only then does the producer start handing
+// the memory out (channel/handout.hpp). Nobody can reach unfinished memory.
+// Opening (open_received): what a reader received is never trusted: each descriptor's type,
+// size, seals and access mode, whether every page is backed (no hole, so no SIGBUS), then the
+// header read with pread (never through a mapping) and every geometry field checked against the
+// layout recomputed locally; only then is anything mapped.
 //
 // One mapping per control segment per process: a process-wide registry keyed by (device, inode)
 // hands out the existing mapping to a second Producer/Reader/inspect of the same channel.
@@ -34,9 +29,8 @@
 
 namespace ipcring::detail {
 
-// The channel's one object name and its path come from common/naming.hpp (object_name).
-
-// A mapping of one control segment, shared by every object of this process that uses it.
+// A mapping of one control segment, shared by every object of this process that uses it. Owns
+// the control segment's descriptor and, for host channels, the frame pool's.
 class Mapping {
  public:
   Mapping(std::string name, int fd, void* base, std::size_t size, dev_t dev, ino_t ino) noexcept;
@@ -46,15 +40,19 @@ class Mapping {
 
   const std::string& name() const noexcept { return name_; }
   int fd() const noexcept { return fd_; }
+  int frames_fd() const noexcept { return frames_fd_; }
   unsigned char* base() const noexcept { return static_cast<unsigned char*>(base_); }
   std::size_t size() const noexcept { return size_; }
   dev_t device() const noexcept { return dev_; }
   ino_t inode() const noexcept { return ino_; }
+  // Takes the frame pool's descriptor (closed with the mapping) and shows it in `view`.
+  void adopt_frames_fd(int fd) noexcept;
   SegmentView view;  // set after validation
 
  private:
   std::string name_;
   int fd_;
+  int frames_fd_ = -1;
   void* base_;
   std::size_t size_;
   dev_t dev_;
@@ -63,47 +61,49 @@ class Mapping {
 
 struct OpenedSegment {
   std::shared_ptr<Mapping> mapping;
-  std::uint32_t owner_uid = 0;
-  std::uint32_t mode = 0;
+  std::uint32_t owner_uid = 0;  // the producer's uid (its credentials on the socket)
+  std::uint32_t mode = 0;       // the channel's mode (its socket's permission bits)
 };
 
-// Creates a nameless object of geo.object_bytes (reserved in full) and maps its control segment.
-// The caller initialises it, calls publish_header(), then link_segment(). Throws Error (no_space
-// with the bytes needed and free, and the Docker fix, when /dev/shm is too small).
-std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo,
-                                        unsigned mode);
-// The one way a control segment gets mapped (create_segment and open_segment_fd): maps the
+// The name a channel's memfd carries ("ipcring:control segment:NAME", "ipcring:frame pool:NAME"):
+// only for people and debuggers (/proc/PID/fd shows it), and for inspecting a producer that
+// cannot answer (channel/handout.hpp, open_channel's fallback).
+std::string memory_label(std::string_view channel, std::string_view what);
+
+// Creates the channel's memory for `geo` (control segment, and the frame pool for host
+// channels), reserved in full and sealed against resizing, and maps the control segment. The
+// caller initialises it, maps the frame pool read-write (the host pool), calls seal_frame_pool,
+// then publish_header(). Throws Error (no_space with the bytes needed).
+std::shared_ptr<Mapping> create_segment(std::string_view channel, const Geometry& geo);
+// Seals the frame pool against writes through any mapping made from now on and returns a new
+// read-only open file description of it for the readers (-1 when the channel has none).
+int seal_frame_pool(std::string_view channel, const Mapping& mapping);
+// The one way a control segment gets mapped (create_segment and open_received): maps the
 // first geo.segment_bytes of `fd` (consumed: owned by the mapping, closed on failure), checks
-// that magic is `expected_magic` (0 for a new object, kMagic when opening) with the acquire load
-// (H2), and registers the mapping under (dev, ino), handing out an
-// existing mapping of the same object instead.
+// that magic is `expected_magic` (0 for new memory, kMagic when opening) with the acquire load
+// (H2), and registers the mapping under (dev, ino), handing out an existing mapping of the same
+// segment instead.
 std::shared_ptr<Mapping> map_control_segment(std::string_view channel, int fd, const Geometry& geo,
                                              dev_t dev, ino_t ino, std::uint64_t expected_magic);
-// Gives a finished object its name. False when the name exists (nothing was replaced).
-bool link_segment(const Mapping& mapping, std::string_view channel);
 // Fills the header's identity and geometry fields (not magic).
 void write_header(SegmentHeader& h, std::string_view channel, const Geometry& geo,
                   const ChannelConfig& config);
-// (H1) The creator's last store: release, pairs with the acquire load in open_segment.
+// (H1) The creator's last store: release, pairs with the acquire load in open_received.
 void publish_header(SegmentHeader& h) noexcept;
 
-// How a process maps a host channel's frame pool, [frames_offset, object_bytes) of the object:
-// the producer read-write, readers read-only, or copy-on-write (MAP_PRIVATE: a write changes this
-// process's copy of the page only).
+// How a process maps a host channel's frame pool: the producer read-write, readers read-only, or
+// copy-on-write (MAP_PRIVATE: a write changes this process's copy of the page only).
 enum class FrameAccess { read_write, read_only, copy_on_write };
-// Maps the frame pool of a validated view whose fd is open (the opener checked the object's size
-// and backing against the geometry); unmap with munmap(base, geo.frames_segment_bytes). Throws
-// Error naming the channel, the range and errno.
+// Maps the frame pool of a validated view whose frames_fd is open; unmap with
+// munmap(base, geo.frames_segment_bytes). Throws Error naming the channel, the size and errno.
 void* map_frame_pool(std::string_view channel, const SegmentView& view, FrameAccess access);
 
-// Opens the channel's object (read-write, close-on-exec): its descriptor, or -1 when there is no
-// such name (errno ENOENT). Throws Error for any other failure. Neither validated nor mapped.
-int open_object(std::string_view channel);
-// Opens and validates an existing control segment. Throws Error: not_found, permission_denied,
-// version_mismatch, corrupt_segment, not_ready.
-OpenedSegment open_segment(std::string_view channel);
-// The same for an object already open as `fd` (not consumed).
-OpenedSegment open_segment_fd(std::string_view channel, int fd);
+// Validates descriptors received from a producer and maps the control segment. Takes
+// `control_fd` and `frames_fd` (set to -1 once consumed; left for the caller to close on a
+// throw). `control_bytes`/`frames_bytes`: the sizes the producer announced. Throws Error:
+// corrupt_segment (wrong type, size, seals, access, holes, header), version_mismatch.
+OpenedSegment open_received(std::string_view channel, int& control_fd, int& frames_fd,
+                            std::uint64_t control_bytes, std::uint64_t frames_bytes);
 
 // Validates a header copy against the layout rules; returns the geometry or throws Error naming
 // the channel and the values. `segment_bytes` is the size of the object as fstat saw it. Exposed
@@ -118,15 +118,5 @@ Geometry validate_header(const SegmentHeader& header, std::uint64_t segment_byte
 
 // Fixed identity of this build's C library and architecture, as written in headers.
 const char* libc_identity() noexcept;
-
-// True when object_path(channel) is the object (dev, ino).
-bool still_named(std::string_view channel, dev_t dev, ino_t ino) noexcept;
-// True when `path` names another object than (dev, ino); `missing` when it names nothing at all.
-bool name_moved(const std::string& path, dev_t dev, ino_t ino, bool& missing) noexcept;
-
-// Removes the name /dev/shm/<object> if it still refers to (dev, ino). Precondition: the caller
-// holds the repair lock of (dev, ino), which every remover takes, so the name cannot change between
-// the check and the unlink. Returns true when removed.
-bool unlink_name_if(const std::string& object, dev_t dev, ino_t ino) noexcept;
 
 }  // namespace ipcring::detail

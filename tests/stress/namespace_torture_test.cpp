@@ -161,7 +161,11 @@ int prober_role(const std::string& name, Board* board) {
   // time is spent inside a probe, so most kills land in one), with inspect() and
   // reap_dead_readers() in between.
   for (std::uint64_t round = 0;; ++round) {
-    const int fd = open(object_path(name).c_str(), O_RDWR | O_CLOEXEC);
+    int fd = -1;
+    try {
+      fd = test::control_fd_of(name);
+    } catch (const Error&) {
+    }
     if (fd < 0) {
       std::this_thread::sleep_for(1ms);
       continue;
@@ -340,8 +344,12 @@ TEST_CASE("liveness holds across PID namespaces with colliding thread ids and ra
   long producer_tid_seen = 0;
   long reader_tid_seen = 0;
   auto sample_tids = [&] {
-    const int fd = open(object_path(ch.name()).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
+    int fd = -1;
+    try {
+      fd = test::control_fd_of(ch.name());
+    } catch (const Error&) {
+      return;
+    }
     void* base = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) return;

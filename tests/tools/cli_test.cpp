@@ -104,7 +104,7 @@ TEST_CASE("a value the library refuses is a usage error; a missing channel a run
   INFO(describe(zero));
   CHECK(zero.rc == 2);
   CHECK(contains(zero.err, "max_readers"));
-  const ToolResult bad_name = run_tool({RINGPUB_PATH, "bad/name", "--count", "1"});
+  const ToolResult bad_name = run_tool({RINGPUB_PATH, "bad name", "--count", "1"});
   CHECK(bad_name.rc == 2);
   CHECK(contains(bad_name.err, "invalid_name"));
   // A channel that is not there, after the wait: a runtime error naming the channel.

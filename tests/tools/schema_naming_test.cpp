@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -67,41 +68,62 @@ void check_covers(const std::set<std::string>& json_keys, const std::set<std::st
 
 }  // namespace
 
-TEST_CASE("naming: object names and their inverse") {
-  CHECK(object_name("cam0") == "ipcring.cam0");
-  CHECK(object_path("cam0") == "/dev/shm/ipcring.cam0");
-  CHECK(legacy_frames_object_name("cam0") == "ipcring.cam0.frames");
-  CHECK(legacy_frames_object_path("cam0") == "/dev/shm/ipcring.cam0.frames");
-  CHECK(channel_of_object(object_name("cam-0_x")) == std::optional<std::string>("cam-0_x"));
-  CHECK(channel_of_legacy_frames(legacy_frames_object_name("lidar")) ==
-        std::optional<std::string>("lidar"));
-  CHECK_FALSE(channel_of_object("ipcring.lidar.frames"));  // a legacy frames object, no channel
-  CHECK_FALSE(channel_of_object("ipcring."));
-  CHECK_FALSE(channel_of_object("other.cam0"));
-  CHECK_FALSE(channel_of_legacy_frames("ipcring.cam0"));
-  CHECK_FALSE(channel_of_legacy_frames("ipcring..frames"));
+TEST_CASE("naming: the channel directory, the names in it and their inverse") {
+  CHECK(channel_directory("/srv/cams") == "/srv/cams");
+  CHECK(channel_directory() == (std::getenv("IPCRING_DIR") != nullptr &&       // NOLINT
+                                        *std::getenv("IPCRING_DIR") != '\0'    // NOLINT
+                                    ? std::string(std::getenv("IPCRING_DIR"))  // NOLINT
+                                    : "/dev/shm/ipcring-" + std::to_string(geteuid())));
+  CHECK(lock_path("cam0", "/d") == "/d/cam0.lock");
+  CHECK(socket_path("camera/front/image_raw", "/d") == "/d/camera/front/image_raw.sock");
+  CHECK(channel_of_lock("cam-0_x.lock") == std::optional<std::string>("cam-0_x"));
+  CHECK(channel_of_lock("camera/front.lock") == std::optional<std::string>("camera/front"));
+  CHECK_FALSE(channel_of_lock("cam0.sock"));
+  CHECK_FALSE(channel_of_lock(".lock"));
+  CHECK_FALSE(channel_of_lock("a//b.lock"));
+  CHECK_FALSE(channel_of_lock("../b.lock"));
 }
 
-TEST_CASE("naming: listing finds channels, and legacy frames objects only when orphaned") {
+TEST_CASE("naming: names with '/' are checked part by part") {
+  CHECK_NOTHROW(validate_name("camera/front/image_raw"));
+  CHECK_NOTHROW(validate_name("lidar.top"));
+  for (const char* bad : {"", "/cam", "cam/", "a//b", "a/../b", "..", "a/./b", "cam 0", "cam\n"}) {
+    INFO(bad);
+    try {
+      validate_name(bad);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == Errc::invalid_name);
+    }
+  }
+  CHECK_THROWS_AS(validate_name(std::string(kMaxLeafLength + 1, 'x')), Error);
+  CHECK_NOTHROW(validate_name(std::string(kMaxLeafLength, 'x')));
+  CHECK_NOTHROW(validate_name(std::string(100, 'd') + "/" + std::string(kMaxLeafLength, 'x')));
+}
+
+TEST_CASE("naming: listing finds live channels, stale names and names in subdirectories") {
   ScopedChannel live("nm-live");
-  ScopedChannel orphan("nm-orphan");
+  const std::string nested = "t-nm/" + std::to_string(getpid()) + "/image_raw";
   ChannelConfig config;
   config.frame_bytes = 64;
   Producer p = Producer::create(live.name(), config);
-  // A legacy frames object beside a live channel is not an orphan; one alone is.
-  const std::string beside = detail::shm_path(legacy_frames_object_name(live.name()));
-  const std::string alone = detail::shm_path(legacy_frames_object_name(orphan.name()));
-  REQUIRE(test::write_file_bytes(beside, std::vector<unsigned char>(16, 0)));
-  REQUIRE(test::write_file_bytes(alone, std::vector<unsigned char>(16, 0)));
-  const auto channels = list_channels();
-  const auto orphans = list_orphaned_legacy_frames();
-  unlink(beside.c_str());
-  unlink(alone.c_str());
+  std::vector<std::string> channels;
+  {
+    Producer q = Producer::create(nested, config);
+    CHECK(inspect(nested).producer.alive);
+    channels = list_channels();
+  }
   CHECK(std::count(channels.begin(), channels.end(), live.name()) == 1);
-  CHECK(std::count(channels.begin(), channels.end(), orphan.name()) == 0);
+  CHECK(std::count(channels.begin(), channels.end(), nested) == 1);
   CHECK(std::is_sorted(channels.begin(), channels.end()));
-  CHECK(std::count(orphans.begin(), orphans.end(), orphan.name()) == 1);
-  CHECK(std::count(orphans.begin(), orphans.end(), live.name()) == 0);
+  // A clean exit removes its names: only the (now empty) subdirectories are left.
+  const auto after = list_channels();
+  CHECK(std::count(after.begin(), after.end(), nested) == 0);
+  CHECK(inspect_name(live.name()).state == NameState::live);
+  CHECK(inspect_name(nested).state == NameState::missing);
+  const std::string sub = channel_directory() + "/t-nm/" + std::to_string(getpid());
+  CHECK(rmdir(sub.c_str()) == 0);
+  rmdir((channel_directory() + "/t-nm").c_str());  // another test process may still use it
 }
 
 TEST_CASE("format: channel prefix, octal modes, hex, enum names") {
@@ -119,17 +141,29 @@ TEST_CASE("format: channel prefix, octal modes, hex, enum names") {
   CHECK(std::string(to_string(SlotState::writing)) == "writing");
 }
 
-TEST_CASE("format: an unsafe mode is refused with the mode in octal") {
-  ScopedChannel ch("nm-mode");
+TEST_CASE("format: a directory writable by others is refused with its mode in octal") {
+  char tmpl[] = "/tmp/ipcring-nm-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  REQUIRE(chmod(dir.c_str(), 0707) == 0);  // world-writable
   ChannelConfig config;
   config.frame_bytes = 64;
-  Producer p = Producer::create(ch.name(), config);
-  REQUIRE(chmod(object_path(ch.name()).c_str(), 0606) == 0);  // world-writable
-  // Through ringdump, a process without this process's mapping, so the object is checked anew.
-  const test::ToolResult r = test::run_tool({RINGDUMP_PATH, "show", ch.name()});
+  config.dir = dir;
+  try {
+    Producer p = Producer::create("nm-mode", config);
+    FAIL("a world-writable directory was accepted");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == Errc::permission_denied);
+    CHECK(std::string(e.what()).find("mode 0707") != std::string::npos);
+    CHECK(std::string(e.what()).find("chmod o-w " + dir) != std::string::npos);
+  }
+  // ringdump says the same, naming the fix.
+  const test::ToolResult r = test::run_tool({RINGDUMP_PATH, "show", "nm-mode", "--dir", dir});
   INFO(r.err);
-  CHECK(r.rc != 0);
-  CHECK(r.err.find("unsafe mode 0606") != std::string::npos);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("chmod o-w") != std::string::npos);
+  rmdir(dir.c_str());
 }
 
 TEST_CASE("schema: ringdump --json carries every Snapshot field under its schema name") {

@@ -1,8 +1,8 @@
 // segment_mutation_test.cpp — hostile segments without libFuzzer: copies of a REAL channel's
 // control segment (producer and readers live in this process, one reader holding a frame) with
-// random bytes written at random offsets, published under a new /dev/shm name, then read by
-// inspect() and by `ringdump show`. Each must end in a Snapshot or an Error with a clear code,
-// within bounded time.
+// random bytes written at random offsets, handed out under a new name by a hostile producer
+// (tests/fake_producer.hpp), then read by inspect() and by `ringdump show`. Each must end in a
+// Snapshot or an Error with a clear code, within bounded time.
 //
 // The seed is fixed so that a failure reproduces; IPCRING_MUTATION_SEED and
 // IPCRING_MUTATION_ROUNDS override it and the round count.
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_producer.hpp"
 #include "inspect_internal.hpp"
 #include "ipcring/ipcring.hpp"
 #include "segment/layout.hpp"
@@ -90,6 +91,32 @@ std::string outcome_of_image(std::vector<unsigned char> bytes, const std::string
   }
 }
 
+// The bytes of a live channel's control segment, as a reader receives it.
+std::vector<unsigned char> control_bytes_of(const std::string& name) {
+  const int fd = test::control_fd_of(name);
+  struct stat st {};
+  REQUIRE(fstat(fd, &st) == 0);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(st.st_size));
+  REQUIRE(pread(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  close(fd);
+  return bytes;
+}
+
+// Hands `control` out under `fake`'s name, with a well-formed frame pool of the size the
+// original header gives.
+void hand_out(test::FakeProducer& fake, const std::vector<unsigned char>& control,
+              std::uint64_t frames_bytes) {
+  detail::HandoutMessage m{};
+  m.control_bytes = control.size();
+  m.frames_bytes = frames_bytes;
+  const int c = test::memfd_with(control.data(), control.size(), F_SEAL_SHRINK | F_SEAL_GROW);
+  const int f = test::memfd_with(nullptr, frames_bytes,
+                                 F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE, true);
+  REQUIRE(c >= 0);
+  REQUIRE(f >= 0);
+  fake.set(m, {c, f});
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -114,11 +141,13 @@ TEST_CASE(
   auto held = holding.try_read();
   REQUIRE(held);  // a held slot, a reader bit, a non-empty histogram in the copy
 
-  const std::vector<unsigned char> base = test::read_file_bytes(object_path(source.name()));
+  const std::vector<unsigned char> base = control_bytes_of(source.name());
   REQUIRE(base.size() >= sizeof(detail::SegmentHeader));
+  const std::uint64_t frames_bytes =
+      reinterpret_cast<const detail::SegmentHeader*>(base.data())->frames_segment_bytes;
 
   ScopedChannel target("mut");
-  const std::string path = object_path(target.name());
+  test::FakeProducer fake(target.name());
   std::vector<unsigned char> renamed = base;
   {
     // The copy names itself after its new object, or every open would stop at the name check.
@@ -126,7 +155,7 @@ TEST_CASE(
     std::memset(h->name, 0, sizeof h->name);
     std::memcpy(h->name, target.name().data(), target.name().size());
   }
-  REQUIRE(test::write_file_bytes(path, renamed));
+  hand_out(fake, renamed, frames_bytes);
   {
     const Snapshot s = inspect(target.name());
     check_snapshot(s);
@@ -157,7 +186,7 @@ TEST_CASE(
         bytes[rng() % limit] = static_cast<unsigned char>(rng());
       }
     }
-    REQUIRE(test::write_file_bytes(path, bytes));
+    hand_out(fake, bytes, frames_bytes);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string by_name = outcome_of_inspect(target.name());
     const std::string by_image = outcome_of_image(bytes, target.name());
@@ -229,7 +258,7 @@ TEST_CASE("a lease that is not a robust mutex is reported, never probed") {
   cfg.frame_bytes = 4096;
   Producer producer = Producer::create(source, cfg);
   Reader reader = Reader::attach(source);
-  std::vector<unsigned char> bytes = test::read_file_bytes(object_path(source.name()));
+  std::vector<unsigned char> bytes = control_bytes_of(source.name());
   REQUIRE_FALSE(bytes.empty());
   Aligned image(bytes.size());
   std::memcpy(image.bytes, bytes.data(), bytes.size());
@@ -259,7 +288,8 @@ TEST_CASE("a lease that is not a robust mutex is reported, never probed") {
   auto* ch = reinterpret_cast<detail::SegmentHeader*>(corrupt.data());
   std::memset(ch->name, 0, sizeof ch->name);
   std::memcpy(ch->name, copy.data(), copy.size());
-  REQUIRE(test::write_file_bytes(object_path(copy), corrupt));
+  test::FakeProducer fake(copy);
+  hand_out(fake, corrupt, h->frames_segment_bytes);
   try {
     reap_dead_readers(copy);
     FAIL("reaped a segment with a corrupt lease");

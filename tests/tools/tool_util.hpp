@@ -352,11 +352,10 @@ inline bool write_file_bytes(const std::string& path, const std::vector<unsigned
   return put == bytes.size();
 }
 
-// True when no /dev/shm object of channel `name` (control or frames) exists.
+// True when no name of channel `name` (its lock file or socket) is left.
 inline bool shm_clean(const std::string& name) {
   struct stat st {};
-  return stat(object_path(name).c_str(), &st) != 0 &&
-         stat(detail::shm_path(legacy_frames_object_name(name)).c_str(), &st) != 0;
+  return lstat(lock_path(name).c_str(), &st) != 0 && lstat(socket_path(name).c_str(), &st) != 0;
 }
 
 }  // namespace ipcring::test

@@ -47,8 +47,7 @@ TensorDesc strided(DType code, std::uint8_t bits, std::initializer_list<std::int
 class SegmentScribbler {
  public:
   explicit SegmentScribbler(const std::string& channel) {
-    const std::string path = object_path(channel);
-    fd_ = open(path.c_str(), O_RDWR);
+    fd_ = test::control_fd_of(channel);
     REQUIRE(fd_ >= 0);
     struct stat st {};
     REQUIRE(fstat(fd_, &st) == 0);

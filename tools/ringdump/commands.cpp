@@ -120,8 +120,19 @@ int cmd_watch(const std::string& name, bool json, double interval_s, std::uint64
 }
 
 int cmd_check(const std::string& name, bool json, const CheckLimits& limits) {
-  const Snapshot s = ipcring::inspect(name);
-  const auto reasons = health_reasons(s, limits);
+  std::vector<std::string> reasons;
+  try {
+    reasons = health_reasons(ipcring::inspect(name), limits);
+  } catch (const ipcring::Error& e) {
+    // Names left by a producer that ended: a channel nobody produces into is unhealthy, not an
+    // error of ringdump's.
+    if (e.code() != Errc::not_found ||
+        ipcring::inspect_name(name).state != ipcring::NameState::stale) {
+      throw;
+    }
+    reasons.push_back("no producer serves it: its producer ended and left its names (" +
+                      ipcring::lock_path(name) + ")");
+  }
   for (const auto& r : reasons) std::fprintf(stderr, "ringdump: %s: %s\n", name.c_str(), r.c_str());
   if (json) {
     Json j;
@@ -140,15 +151,21 @@ int cmd_check(const std::string& name, bool json, const CheckLimits& limits) {
   return reasons.empty() ? kExitOk : kExitUnhealthy;
 }
 
-// "live": the producer is alive; "no-producer": it is not, but some reader is; "stale": every
-// process of the channel is dead (gc removes it); "error": the channel could not be inspected.
+// "live": a producer holds the name and answered; "stale": names left by a producer that ended
+// (gc removes them); "broken": something ipcring did not make is at the name; "error": a live
+// producer could not be inspected (the error says why).
 std::string channel_state(const Listed& c) {
-  if (!c.snapshot) return "error";
-  const Snapshot& s = *c.snapshot;
-  if (s.producer.alive) return "live";
-  const bool reader_alive =
-      std::any_of(s.readers.begin(), s.readers.end(), [](const auto& r) { return r.alive; });
-  return reader_alive ? "no-producer" : "stale";
+  switch (c.name_info.state) {
+    case ipcring::NameState::stale:
+      return "stale";
+    case ipcring::NameState::broken:
+      return "broken";
+    case ipcring::NameState::missing:
+      return "stale";
+    case ipcring::NameState::live:
+      break;
+  }
+  return c.snapshot ? "live" : "error";
 }
 
 std::vector<Listed> list_all() {
@@ -157,9 +174,10 @@ std::vector<Listed> list_all() {
     Listed c;
     c.name = name;
     try {
-      c.snapshot = ipcring::inspect(name);
+      c.name_info = ipcring::inspect_name(name);
+      if (c.name_info.state == ipcring::NameState::missing) continue;  // removed since listed
+      if (c.name_info.state == ipcring::NameState::live) c.snapshot = ipcring::inspect(name);
     } catch (const ipcring::Error& e) {
-      if (e.code() == Errc::not_found) continue;  // removed since it was listed
       c.error = e;
     }
     out.push_back(std::move(c));
@@ -167,13 +185,12 @@ std::vector<Listed> list_all() {
   return out;
 }
 
-// Owner, mode and size of a channel that could not be inspected, from the file itself.
+// Owner, mode and size of a channel that could not be inspected, from its lock file.
 Json stat_json(const std::string& name) {
   Json j;
   struct stat st {};
-  const std::string path = ipcring::object_path(name);
-  if (stat(path.c_str(), &st) != 0) return j;
-  j["segment_bytes"] = static_cast<std::uint64_t>(st.st_size);
+  const std::string path = ipcring::lock_path(name);
+  if (lstat(path.c_str(), &st) != 0) return j;
   j["owner_uid"] = st.st_uid;
   j["owner_name"] = user_name(st.st_uid);
   j["mode"] = st.st_mode & 07777;
@@ -215,7 +232,8 @@ Json listed_json(const Listed& c) {
   } else {
     const Json st = stat_json(c.name);
     for (const auto& [k, v] : st.items()) j[k] = v;
-    j["error"] = error_json(*c.error);
+    j["error"] = c.error ? error_json(*c.error) : nullptr;
+    if (!c.name_info.problem.empty()) j["problem"] = c.name_info.problem;
   }
   return j;
 }
@@ -234,7 +252,8 @@ int cmd_list(bool json) {
     return kExitOk;
   }
   if (channels.empty()) {
-    std::fprintf(stderr, "ringdump: no ipcring channels in /dev/shm\n");
+    std::fprintf(stderr, "ringdump: no ipcring channels in %s\n",
+                 ipcring::channel_directory().c_str());
     return kExitOk;
   }
   Table t({"NAME", "STATE", "PRODUCER", "READERS>", "SLOTS>", "FRAME_BYTES>", "BACKEND", "LAYOUT>",
@@ -269,12 +288,15 @@ int cmd_list(bool json) {
              {"-"},
              {"-"},
              {"-"},
-             {st.contains("segment_bytes") ? format_bytes(st["segment_bytes"].get<std::uint64_t>())
-                                           : "-"},
+             {"-"},
              {st.contains("owner_name") ? st["owner_name"].get<std::string>() : "-"},
              {st.contains("mode_octal") ? st["mode_octal"].get<std::string>() : "-"}});
-      errors.push_back(c.name + ": " + c.error->what() + " [" +
-                       ipcring::to_string(c.error->code()) + "]");
+      if (c.error) {
+        errors.push_back(c.name + ": " + c.error->what() + " [" +
+                         ipcring::to_string(c.error->code()) + "]");
+      } else if (!c.name_info.problem.empty()) {
+        errors.push_back(c.name + ": " + c.name_info.problem);
+      }
     }
   }
   std::fputs(t.render("").c_str(), stdout);

@@ -28,7 +28,7 @@ void render_header(const Snapshot& s, std::string& out) {
   auto add = [&](const std::string& line) { out += line + "\n"; };
   add(paint("channel " + s.name, kBold) + "  (layout " + std::to_string(s.layout_version) + ", " +
       ipcring::to_string(s.backend) + " backend)");
-  add("  segment   " + ipcring::object_path(s.name) + "  " + format_bytes(s.segment_bytes) +
+  add("  socket    " + ipcring::socket_path(s.name) + "  " + format_bytes(s.segment_bytes) +
       (s.frames_segment_bytes != 0 ? ", frames " + format_bytes(s.frames_segment_bytes) : "") +
       ", owner " + user_name(s.owner_uid) + " (uid " + std::to_string(s.owner_uid) + "), mode " +
       ipcring::format_mode(s.mode));

@@ -1,6 +1,5 @@
 // repair.cpp — the explicit repairs: reap (dead readers), rm (one channel), gc (every dead one).
 #include <fnmatch.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -31,7 +30,7 @@ int cmd_reap(const std::string& name) {
 int cmd_rm(const std::string& name, bool force) {
   if (!ipcring::remove_channel(name, force)) {
     std::fprintf(stderr, "ringdump: channel '%s': no such channel (%s)\n", name.c_str(),
-                 ipcring::object_path(name).c_str());
+                 ipcring::lock_path(name).c_str());
     return kExitError;
   }
   std::printf("removed %s\n", name.c_str());
@@ -53,46 +52,31 @@ class Gc {
  public:
   Gc(bool force, bool dry_run) : force_(force), dry_run_(dry_run) {}
 
-  // Removes a listed channel when every process of it is dead (or never finished, or --force);
-  // says why it keeps one.
+  // Removes a listed channel's names when its producer has ended (under the name's lock, which
+  // gc takes for the removal), or, with --force, a broken name; says why it keeps one.
   void channel(const Listed& c) {
     const std::string state = channel_state(c);
     if (state == "stale") {
-      remove(c.name, false, "stale: producer and readers dead");
-    } else if (state == "error") {
-      uninspectable(c);
-    } else if (force_) {
-      remove(c.name, true, "forced; " + state);
-    } else {
-      const Snapshot& s = *c.snapshot;
-      std::string live;
-      if (s.producer.alive) live = "producer pid " + std::to_string(s.producer.pid);
-      for (const auto& r : s.readers) {
-        if (r.alive)
-          live += (live.empty() ? "" : ", ") + std::string("reader pid ") + std::to_string(r.pid);
+      remove(c.name, false, "stale: its producer ended");
+    } else if (state == "broken") {
+      if (force_) {
+        remove(c.name, true, "forced; " + c.name_info.problem);
+      } else {
+        std::fprintf(stderr,
+                     "ringdump: kept %s: %s; ipcring did not make it: look at it, then "
+                     "'ringdump gc --force' removes it\n",
+                     c.name.c_str(), c.name_info.problem.c_str());
+        ++kept_;
       }
-      std::fprintf(stderr, "ringdump: kept %s: in use (%s alive); --force removes it anyway\n",
-                   c.name.c_str(), live.c_str());
+    } else if (state == "error" && c.error && c.error->code() == Errc::invalid_name) {
+      std::fprintf(stderr, "ringdump: kept %s: not a valid channel name\n", c.name.c_str());
       ++kept_;
-    }
-  }
-
-  // The frames object of layout 2 and earlier of `channel`, whose control object is gone. This
-  // version keeps a channel's frames inside its one object and never makes such names, so
-  // removing one cannot hit a channel of this version.
-  void legacy_frames(const std::string& channel) {
-    const std::string path = ipcring::legacy_frames_object_path(channel);
-    if (dry_run_) {
-      std::printf("would remove %s (frames without a control segment)\n", path.c_str());
-      return;
-    }
-    if (shm_unlink(ipcring::legacy_frames_object_name(channel).c_str()) == 0) {
-      std::printf("removed %s (frames without a control segment)\n", path.c_str());
-      ++removed_;
-    } else if (errno != ENOENT) {
-      std::fprintf(stderr, "ringdump: cannot remove %s: %s\n", path.c_str(),
-                   std::error_code(errno, std::generic_category()).message().c_str());
-      rc_ = kExitError;
+    } else {
+      std::fprintf(stderr,
+                   "ringdump: kept %s: its producer is running (%s); gc removes only "
+                   "the names of producers that ended\n",
+                   c.name.c_str(), c.name_info.holder.c_str());
+      ++kept_;
     }
   }
 
@@ -102,25 +86,6 @@ class Gc {
   }
 
  private:
-  void uninspectable(const Listed& c) {
-    const Errc code = c.error->code();
-    if (code == Errc::invalid_name) {
-      std::fprintf(stderr, "ringdump: kept %s: not a valid channel name\n",
-                   ipcring::object_path(c.name).c_str());
-      ++kept_;
-    } else if (code == Errc::not_ready) {
-      remove(c.name, true, "never finished: its creator died while creating it");
-    } else if (force_) {
-      remove(c.name, true, std::string("forced; ") + ipcring::to_string(code));
-    } else {
-      std::fprintf(stderr,
-                   "ringdump: kept %s: cannot be inspected (%s); 'ringdump rm --force %s' "
-                   "removes it\n",
-                   c.name.c_str(), ipcring::to_string(code), c.name.c_str());
-      ++kept_;
-    }
-  }
-
   void remove(const std::string& name, bool force_it, const std::string& why) {
     if (dry_run_) {
       std::printf("would remove %s (%s)\n", name.c_str(), why.c_str());
@@ -152,9 +117,6 @@ int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
   Gc gc(force, dry_run);
   for (const auto& c : list_all()) {
     if (selected(c.name, patterns)) gc.channel(c);
-  }
-  for (const auto& channel : ipcring::list_orphaned_legacy_frames()) {
-    if (selected(channel, patterns)) gc.legacy_frames(channel);
   }
   return gc.finish();
 }

@@ -168,6 +168,7 @@ std::pair<std::size_t, std::size_t> terminal_size();
 
 struct Listed {
   std::string name;
+  ipcring::NameInfo name_info;  // the lock and socket, read without taking anything
   std::optional<Snapshot> snapshot;
   std::optional<ipcring::Error> error;
 };

@@ -1,10 +1,11 @@
-// host_pool.cpp — the host backend: `slots` page-aligned frame buffers in the channel's one
-// shared-memory object, at frames_offset after the control segment. The producer maps that range
-// read-write; readers map it read-only, so a buggy reader cannot corrupt what other readers see.
+// host_pool.cpp — the host backend: `slots` page-aligned frame buffers in the channel's frame pool
+// (a memfd of its own, segment.hpp). The producer maps it read-write before it is sealed against
+// writes; readers receive a read-only description and map it read-only, so no reader can change
+// what the producer or other readers see.
 // Slot i uses buffer i.
 //
 // A reader attached with ReaderOptions::copy_on_write maps the frame range MAP_PRIVATE and
-// writable instead (the object's descriptor is still opened read-only): reads see the shared
+// writable instead (the frame pool's descriptor is still read-only): reads see the shared
 // pages, a write copies the touched page into the reader's process only, and releasing a frame
 // discards those copies (MADV_DONTNEED on a private file mapping refills the range from the
 // object), so the next frame of the slot shows the producer's bytes again. That lets a consumer
@@ -33,11 +34,11 @@ class HostMapping {
   HostMapping(const PoolRequest& req, bool writable, bool copy_on_write = false)
       : bytes_(req.view.geo.frames_segment_bytes) {
     const std::string ch = channel_prefix(req.name);
-    if (req.view.fd < 0) {
-      throw Error(Errc::invalid_argument, ch + "the host frame pool needs the channel's object");
+    if (req.view.frames_fd < 0) {
+      throw Error(Errc::invalid_argument,
+                  ch + "the host frame pool needs the channel's frame pool");
     }
-    // The frame pool is a range of the channel's one object (no second name), mapped where every
-    // mapping of the object is made (segment.hpp).
+    // Mapped where every mapping of the channel's memory is made (segment.hpp).
     base_ = map_frame_pool(req.name, req.view,
                            writable        ? FrameAccess::read_write
                            : copy_on_write ? FrameAccess::copy_on_write
