@@ -115,6 +115,15 @@ int main(int argc, char** argv) {
     format = "console";
   }
 
+  // --benchmark_list_tests[=true]: the names are the output; nothing runs, which is no failure.
+  bool listing = false;
+  for (const char* a : rest) {
+    const std::string arg = a == nullptr ? "" : a;
+    if (arg == "--benchmark_list_tests" || arg == "--benchmark_list_tests=true" ||
+        arg == "--benchmark_list_tests=1" || arg == "--benchmark_list_tests=yes") {
+      listing = true;
+    }
+  }
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
@@ -170,7 +179,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ringbench: %s failed: %s\n", run.name.c_str(), run.message.c_str());
     }
   }
-  if (runs.empty()) {
+  if (runs.empty() && !listing) {
     std::fprintf(stderr, "ringbench: no benchmark matched\n");
     return 1;
   }

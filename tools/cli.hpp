@@ -11,7 +11,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -37,6 +39,29 @@ inline std::string version_text(const std::string& tool) {
          ")";
 }
 
+// CLI11's own texts for the errors no validator of ours catches first, in this convention's
+// words: "OPTION: given 2 times; give it once" for "OPTION: At Most 1 required but received 2",
+// "OPTION: 'TEXT' is not a number of the option's kind" for "Could not convert: OPTION = TEXT".
+inline std::string plain_error(const std::string& what) {
+  const std::string at_most = ": At Most ";
+  if (const auto at = what.find(at_most); at != std::string::npos) {
+    const auto received = what.rfind(' ');
+    const std::string most = what.substr(
+        at + at_most.size(), what.find(' ', at + at_most.size()) - (at + at_most.size()));
+    return what.substr(0, at) + ": given " + what.substr(received + 1) + " times; give it " +
+           (most == "1" ? std::string("once") : "at most " + most + " times");
+  }
+  const std::string convert = "Could not convert: ";
+  if (what.rfind(convert, 0) == 0) {
+    const auto eq = what.find(" = ");
+    if (eq != std::string::npos) {
+      return what.substr(convert.size(), eq - convert.size()) + ": '" + what.substr(eq + 3) +
+             "' is not a value this option takes";
+    }
+  }
+  return what;
+}
+
 // --version, --dir, the exit-status footer and "TOOL: " before every parse error.
 inline void apply_convention(CLI::App& app, const std::string& tool) {
   app.set_version_flag("--version", version_text(tool));
@@ -47,7 +72,7 @@ inline void apply_convention(CLI::App& app, const std::string& tool) {
   app.fallthrough();  // --dir after a subcommand too
   app.footer(kExitFooter);
   app.failure_message([tool](const CLI::App*, const CLI::Error& e) {
-    return tool + ": " + e.what() + "\nRun with --help for more information.\n";
+    return tool + ": " + plain_error(e.what()) + "\nRun with --help for more information.\n";
   });
 }
 
@@ -76,31 +101,148 @@ inline int exit_code_for(ipcring::Errc code) {
   }
 }
 
-// Prints "TOOL: message [errc]" on stderr and returns the exit status for it.
+// What to do about an error, for the errors a tool's user can act on ("" for the others).
+inline std::string advice_for(ipcring::Errc code) {
+  switch (code) {
+    case ipcring::Errc::too_many_readers:
+      return "the producer's --readers N (ringpub, ringbridge import; max_readers in the library) "
+             "sizes the reader entries; ringdump show, list, check and watch take none";
+    case ipcring::Errc::config_mismatch:
+      return "stop the readers first, or start the producer with the channel's geometry "
+             "(ringdump show NAME shows it)";
+    default:
+      return {};
+  }
+}
+
+// Prints "TOOL: message [errc]" on stderr (and, on the next line, what to do where the error
+// has a remedy) and returns the exit status for it.
 inline int report(const std::string& tool, const ipcring::Error& e) {
   std::fprintf(stderr, "%s: %s [%s]\n", tool.c_str(), e.what(), ipcring::to_string(e.code()));
+  if (const std::string advice = advice_for(e.code()); !advice.empty()) {
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), advice.c_str());
+  }
   return exit_code_for(e.code());
 }
 
 // An option check for a number of seconds, a rate or a count given as a real number: a number in
 // [0, max]. The message names the value; CLI11 puts the option's name before it.
-inline CLI::Validator non_negative(double max = std::numeric_limits<double>::max()) {
+inline CLI::Validator non_negative(double max = 1e9) {
   return CLI::Validator(
       [max](std::string& text) -> std::string {
         char* end = nullptr;
         const double value = std::strtod(text.c_str(), &end);
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%g", max);
+        const std::string range = std::string(" (a number from 0 to ") + limit + ")";
         if (text.empty() || end == nullptr || *end != '\0' || std::isnan(value)) {
-          return "'" + text + "' is not a number";
+          return "'" + text + "' is not a number" + range;
         }
-        if (value < 0) return "'" + text + "' is negative; it must be 0 or more";
-        if (value > max) {
-          char limit[32];
-          std::snprintf(limit, sizeof limit, "%g", max);
-          return "'" + text + "' is more than " + limit;
-        }
+        if (value < 0) return "'" + text + "' is negative" + range;
+        if (value > max) return "'" + text + "' is out of range" + range;
         return {};
       },
       "NUMBER >= 0");
+}
+
+// An option check for seconds or a rate that must be more than 0 (an interval, a period).
+inline CLI::Validator positive(double max = 1e9) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%g", max);
+        const std::string range =
+            std::string(" (it must be more than 0 and at most ") + limit + ")";
+        if (text.empty() || end == nullptr || *end != '\0' || std::isnan(value)) {
+          return "'" + text + "' is not a number" + range;
+        }
+        if (value <= 0 || value > max) return "'" + text + "' is out of range" + range;
+        return {};
+      },
+      "NUMBER > 0");
+}
+
+// Reads a whole number in decimal digits only (no sign, no fraction, no spaces); false when the
+// text is not one or does not fit 64 bits.
+inline bool parse_whole(const std::string& text, std::uint64_t& out) {
+  if (text.empty() || text.size() > 20 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE) return false;
+  out = v;
+  return true;
+}
+
+// An option check for a count (frames, slots, readers, reports): a whole number in [min, max].
+// A negative, fractional or empty value is refused with the option's range, never wrapped round
+// to a huge count (`--max-lag -1` must not switch the lag check off).
+inline CLI::Validator count(std::uint64_t min = 0,
+                            std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const std::string range =
+            max == std::numeric_limits<std::uint64_t>::max()
+                ? "a whole number, " + std::to_string(min) + " or more"
+                : "a whole number from " + std::to_string(min) + " to " + std::to_string(max);
+        if (!parse_whole(text, value)) return "'" + text + "' is not " + range;
+        if (value < min || value > max) return "'" + text + "' is out of range; give " + range;
+        return {};
+      },
+      "N");
+}
+
+// The bytes that a size given with a binary suffix means: "65536", "4k", "4K", "4KiB", "1M",
+// "8MiB", "2G", "2GiB" (k, M and G are 1024, 1024^2 and 1024^3; a "B" after them or alone is
+// allowed). nullopt for anything else, or for a size beyond 64 bits.
+inline std::optional<std::uint64_t> parse_size(const std::string& text) {
+  const auto digits_end = text.find_first_not_of("0123456789");
+  std::uint64_t value = 0;
+  if (!parse_whole(text.substr(0, digits_end), value)) return std::nullopt;
+  const std::string suffix = digits_end == std::string::npos ? "" : text.substr(digits_end);
+  std::uint64_t unit = 1;
+  if (suffix.empty() || suffix == "B") {
+    unit = 1;
+  } else if (suffix == "k" || suffix == "K" || suffix == "KiB" || suffix == "kiB") {
+    unit = std::uint64_t{1} << 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    unit = std::uint64_t{1} << 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    unit = std::uint64_t{1} << 30;
+  } else {
+    return std::nullopt;
+  }
+  if (value > std::numeric_limits<std::uint64_t>::max() / unit) return std::nullopt;
+  return value * unit;
+}
+
+// "8388608 (8MiB)" for a size given as "8MiB"; only the number when that is what was given.
+inline std::string size_text(std::uint64_t bytes, const std::string& given) {
+  const std::string number = std::to_string(bytes);
+  return given.empty() || given == number ? number : number + " (" + given + ")";
+}
+
+// An option transform for a size in bytes with an optional suffix (parse_size), in [min, max];
+// gives CLI11 the number of bytes in decimal. The message repeats the text exactly as given.
+inline CLI::Validator size_bytes(std::uint64_t min, std::uint64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        const std::string range = " (bytes from " + std::to_string(min) + " to " +
+                                  std::to_string(max) + "; suffixes k, M, G, KiB, MiB, GiB)";
+        const auto value = parse_size(text);
+        if (!value) return "'" + text + "' is not a size" + range;
+        if (*value < min || *value > max) {
+          return "'" + text + "' (" + std::to_string(*value) + " bytes) is out of range" + range;
+        }
+        text = std::to_string(*value);
+        return {};
+      },
+      "BYTES");
 }
 
 // An option transform for permission bits given in octal ("0660", "660"): all digits octal, at

@@ -1,17 +1,130 @@
-// ringpub — publishes frames whose payload is derived from their sequence number.
+// ringpub — publishes frames whose payload is derived from their sequence number, or with
+// --from, the arrays of .npy files and the bytes of raw files (one file, or a directory's files in
+// name order, over and over), typed from the .npy header or --dtype/--shape.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
+#include "npy.hpp"
 #include "pattern.hpp"
 #include "signals.hpp"
 
 using namespace std::chrono;
 
 namespace {
+
+// One frame's worth of --from: the bytes, their tensor, the file's name (as the frame's metadata).
+struct Source {
+  std::string name;
+  ipcring::TensorDesc tensor;
+  std::vector<std::byte> data;
+};
+
+// "480,640,3" or "(480, 640, 3)"; throws naming the option and the text.
+std::vector<std::int64_t> parse_shape(const std::string& text) {
+  std::vector<std::int64_t> dims;
+  std::string cleaned;
+  for (const char c : text) {
+    if (c != '(' && c != ')' && c != ' ') cleaned += c;
+  }
+  std::stringstream in(cleaned);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    std::uint64_t v = 0;
+    if (part.empty()) continue;
+    if (!ipcring::tools::parse_whole(part, v) || v > (std::uint64_t{1} << 40)) {
+      throw CLI::ValidationError("--shape", "'" + text + "' is not a shape such as 480,640,3");
+    }
+    dims.push_back(static_cast<std::int64_t>(v));
+  }
+  if (dims.empty() || dims.size() > ipcring::kMaxTensorDims) {
+    throw CLI::ValidationError(
+        "--shape", "'" + text + "' has " + std::to_string(dims.size()) + " dimensions (1 to 8)");
+  }
+  return dims;
+}
+
+// The files of --from: the file itself, or a directory's regular files (not hidden) by name.
+std::vector<Source> load_sources(const std::string& from, const std::string& dtype,
+                                 const std::string& shape) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> paths;
+  std::error_code ec;
+  if (fs::is_directory(from, ec)) {
+    for (const auto& entry : fs::directory_iterator(from, ec)) {
+      const std::string leaf = entry.path().filename().string();
+      if (entry.is_regular_file() && !leaf.empty() && leaf[0] != '.') {
+        paths.push_back(entry.path().string());
+      }
+    }
+    std::sort(paths.begin(), paths.end());
+    if (paths.empty()) throw std::runtime_error("--from " + from + ": the directory has no files");
+  } else if (fs::is_regular_file(from, ec)) {
+    paths.push_back(from);
+  } else {
+    throw std::runtime_error("--from " + from + ": no such file or directory");
+  }
+  std::vector<Source> sources;
+  for (const auto& path : paths) {
+    Source s;
+    s.name = fs::path(path).filename().string();
+    std::vector<std::byte> bytes = ipcring::tools::npy::read_file(path);
+    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0) {
+      auto array = ipcring::tools::npy::parse(bytes, path);
+      s.tensor = array.tensor;
+      s.data = std::move(array.data);
+    } else {
+      // Raw bytes: --dtype (default uint8) and --shape (default: as many elements as fit).
+      const auto code = ipcring::tools::npy::dtype_of(dtype == "uint8"     ? "|u1"
+                                                      : dtype == "int8"    ? "|i1"
+                                                      : dtype == "bool"    ? "|b1"
+                                                      : dtype == "uint16"  ? "<u2"
+                                                      : dtype == "int16"   ? "<i2"
+                                                      : dtype == "float16" ? "<f2"
+                                                      : dtype == "uint32"  ? "<u4"
+                                                      : dtype == "int32"   ? "<i4"
+                                                      : dtype == "float32" ? "<f4"
+                                                      : dtype == "uint64"  ? "<u8"
+                                                      : dtype == "int64"   ? "<i8"
+                                                      : dtype == "float64" ? "<f8"
+                                                                           : "");
+      if (!code) throw std::runtime_error("--dtype " + dtype + ": not a dtype ringpub knows");
+      const std::size_t item = code->second / 8U;
+      std::vector<std::int64_t> dims;
+      if (shape.empty()) {
+        if (bytes.size() % item != 0) {
+          throw std::runtime_error(path + ": " + std::to_string(bytes.size()) +
+                                   " bytes are not whole " + dtype + " elements");
+        }
+        dims.push_back(static_cast<std::int64_t>(bytes.size() / item));
+      } else {
+        dims = parse_shape(shape);
+      }
+      s.tensor.dtype_code = static_cast<std::uint8_t>(code->first);
+      s.tensor.dtype_bits = code->second;
+      s.tensor.ndim = static_cast<std::uint8_t>(dims.size());
+      for (std::size_t k = 0; k < dims.size(); ++k) s.tensor.shape[k] = dims[k];
+      const std::uint64_t want = s.tensor.elements() * item;
+      if (want != bytes.size()) {
+        throw std::runtime_error(path + ": " + std::to_string(bytes.size()) + " bytes, but " +
+                                 dtype + " " + s.tensor.shape_text() + " is " +
+                                 std::to_string(want) + " bytes");
+      }
+      s.data = std::move(bytes);
+    }
+    sources.push_back(std::move(s));
+  }
+  return sources;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"ringpub: publish sequence-derived frames into an ipcring channel"};
   ipcring::tools::apply_convention(app, "ringpub");
@@ -22,24 +135,84 @@ int run(int argc, char** argv) {
   std::uint64_t count = 0;
   double duration_s = 0.0;
   unsigned mode = cfg.mode;
+  std::string from;
+  std::string dtype = "uint8";
+  std::string shape;
   app.add_option("name", name, "Channel name ([A-Za-z0-9_-], at most 200)")->required();
-  app.add_option("--slots", cfg.slots, "Frame buffers in the pool")->capture_default_str();
-  app.add_option("--readers", cfg.max_readers, "Maximum readers")->capture_default_str();
-  app.add_option("--max-held", cfg.max_held, "Frames one reader may hold")->capture_default_str();
-  app.add_option("--frame-bytes", cfg.frame_bytes, "Capacity (and payload) of each frame")
+  app.add_option("--slots", cfg.slots, "Frame buffers in the pool")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
+  app.add_option("--readers", cfg.max_readers,
+                 "Reader entries: readers attached at once (ringdump show/list/check take none)")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
+      ->capture_default_str();
+  app.add_option("--max-held", cfg.max_held, "Frames one reader may hold")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
+      ->capture_default_str();
+  auto* frame_bytes_opt =
+      app.add_option("--frame-bytes", cfg.frame_bytes,
+                     "Capacity (and payload) of each frame, in bytes or with a suffix k, M, G "
+                     "(KiB, MiB, GiB: powers of 1024)")
+          ->transform(ipcring::tools::size_bytes(1, std::uint64_t{1} << 40))
+          ->capture_default_str();
   app.add_option("--rate", rate, "Frames per second (0: as fast as possible)")
       ->check(ipcring::tools::non_negative())
       ->capture_default_str();
-  auto* count_opt = app.add_option("--count", count, "Stop after N frames");
-  app.add_option("--duration", duration_s, "Stop after SEC seconds")
+  auto* count_opt = app.add_option("--count", count, "Stop after N frames (0: no limit)")
+                        ->check(ipcring::tools::count());
+  app.add_option("--duration", duration_s, "Stop after SEC seconds (0: no limit)")
       ->check(ipcring::tools::non_negative())
       ->excludes(count_opt);
+  app.add_option("--from", from,
+                 "Publish these instead of the pattern: a .npy file (typed from its header), a "
+                 "raw file (typed by --dtype/--shape), or a directory of them (in name order); "
+                 "over and over, one file a frame, the file name as metadata. --frame-bytes "
+                 "defaults to the largest file");
+  app.add_option("--dtype", dtype,
+                 "--from, raw files: element type (uint8, int8, bool, [u]int16/32/64, "
+                 "float16/32/64)")
+      ->capture_default_str();
+  app.add_option("--shape", shape,
+                 "--from, raw files: shape, e.g. 480,640,3 (default: one dimension, the whole "
+                 "file)");
   app.add_option("--mode", mode, "Permission bits of the segments (octal, e.g. 0660)")
       ->transform(ipcring::tools::octal_mode)
       ->default_str("0600");
   if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
   cfg.mode = mode;
+  std::vector<Source> sources;
+  if (!from.empty()) {
+    try {
+      sources = load_sources(from, dtype, shape);
+    } catch (const CLI::ValidationError& e) {
+      std::fprintf(stderr, "ringpub: %s\n", e.what());
+      return ipcring::tools::kExitUsage;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ringpub: %s\n", e.what());
+      return ipcring::tools::kExitUsage;
+    }
+    std::size_t largest = 0;
+    const Source* biggest = nullptr;
+    for (const auto& s : sources) {
+      if (s.data.size() >= largest) {
+        largest = s.data.size();
+        biggest = &s;
+      }
+    }
+    if (frame_bytes_opt->count() == 0) {
+      cfg.frame_bytes = std::max<std::size_t>(largest, 1);
+    } else if (largest > cfg.frame_bytes) {
+      std::fprintf(stderr, "ringpub: --from %s: %s has %zu bytes, more than --frame-bytes %zu\n",
+                   from.c_str(), biggest->name.c_str(), largest, cfg.frame_bytes);
+      return ipcring::tools::kExitUsage;
+    }
+    for (const auto& s : sources) {
+      if (s.name.size() > cfg.metadata_bytes) cfg.metadata_bytes = 4096;
+    }
+  } else if (app.get_option("--dtype")->count() != 0 || !shape.empty()) {
+    std::fprintf(stderr, "ringpub: --dtype and --shape describe the raw files of --from\n");
+    return ipcring::tools::kExitUsage;
+  }
 
   ipcring::tools::install_stop_handlers();
   std::optional<ipcring::Producer> producer;
@@ -72,12 +245,22 @@ int run(int argc, char** argv) {
       std::this_thread::sleep_for(microseconds(100));
       continue;
     }
-    ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
-    // Describe the frame (uint8 bytes) and when it was made, so readers and ringdump see both.
-    loan->set_tensor(ipcring::pattern::tensor(cfg.frame_bytes));
+    std::size_t bytes = cfg.frame_bytes;
+    if (sources.empty()) {
+      ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
+      // Describe the frame (uint8 bytes) and when it was made, so readers and ringdump see both.
+      loan->set_tensor(ipcring::pattern::tensor(cfg.frame_bytes));
+    } else {
+      const Source& s = sources[published % sources.size()];
+      bytes = s.data.size();
+      if (bytes != 0) std::memcpy(loan->data(), s.data.data(), bytes);
+      loan->set_tensor(s.tensor);
+      loan->set_metadata({reinterpret_cast<const std::byte*>(s.name.data()),
+                          std::min<std::size_t>(s.name.size(), cfg.metadata_bytes)});
+    }
     loan->set_capture_time_ns(static_cast<std::uint64_t>(
         duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()));
-    producer->publish(std::move(*loan), cfg.frame_bytes);
+    producer->publish(std::move(*loan), bytes);
     ++published;
     if (period.count() > 0) {
       next += period;

@@ -11,6 +11,7 @@
 #include "ipcring/ipcring.hpp"
 #include "pattern.hpp"
 #include "signals.hpp"
+#include "wait.hpp"
 
 using namespace std::chrono;
 
@@ -23,7 +24,7 @@ int run(int argc, char** argv) {
   double hold_ms = 0.0;
   std::uint64_t count = 0;
   double duration_s = 0.0;
-  double wait_s = 5.0;
+  double wait_s = ipcring::tools::kDefaultWaitForChannelS;
   bool quiet = false;
   bool origin = false;
   app.add_option("name", name, "Channel name")->required();
@@ -33,14 +34,12 @@ int run(int argc, char** argv) {
   app.add_option("--hold-ms", hold_ms, "Hold each frame this long before releasing it")
       ->check(ipcring::tools::non_negative())
       ->capture_default_str();
-  auto* count_opt = app.add_option("--count", count, "Stop after N frames");
-  app.add_option("--duration", duration_s, "Stop after SEC seconds")
+  auto* count_opt = app.add_option("--count", count, "Stop after N frames (0: no limit)")
+                        ->check(ipcring::tools::count());
+  app.add_option("--duration", duration_s, "Stop after SEC seconds (0: no limit)")
       ->check(ipcring::tools::non_negative())
       ->excludes(count_opt);
-  app.add_option("--wait-for-channel,--wait", wait_s,
-                 "Wait up to SEC seconds for the channel to appear (0: fail at once)")
-      ->check(ipcring::tools::non_negative(1e6))
-      ->capture_default_str();
+  ipcring::tools::add_wait_option(&app, wait_s);
   app.add_flag("--quiet", quiet, "Print only the summary");
   app.add_flag("--origin-sequence", origin,
                "Frames relayed from another channel (ringbridge import): verify each against the "
@@ -51,23 +50,23 @@ int run(int argc, char** argv) {
   ipcring::ReaderOptions opts;
   opts.policy =
       policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
-  opts.wait_for_channel = duration_cast<nanoseconds>(duration<double>(wait_s));
+  // Before the wait for the channel: Ctrl-C while waiting ends ringsub as it does later, with
+  // the summary (of no frames) and exit 0.
+  ipcring::tools::install_stop_handlers();
   std::optional<ipcring::Reader> reader;
   try {
-    reader.emplace(ipcring::Reader::attach(name, opts));
+    reader = ipcring::tools::attach_waiting("ringsub", name, opts, wait_s);
   } catch (const ipcring::Error& e) {
     return ipcring::tools::report("ringsub", e);
   }
-  // After attach: until then a signal's default action (ending the process) is what Ctrl-C
-  // should do, and nothing needs cleaning up.
-  ipcring::tools::install_stop_handlers();
   const auto end = duration_s > 0
                        ? start + duration_cast<steady_clock::duration>(duration<double>(duration_s))
                        : steady_clock::time_point::max();
   std::uint64_t frames = 0, corrupt = 0, gone = 0, untyped = 0;
-  std::uint64_t last_seq = 0;
-  std::uint64_t gaps = 0;  // --origin-sequence: frames missing between consecutive ones
-  while (!ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
+  std::uint64_t last_seq = 0;  // the last frame read (the summary's last_sequence)
+  std::uint64_t prev_seq = 0;  // the last frame read from the current producer (0: none yet)
+  std::uint64_t gaps = 0;      // --origin-sequence: frames missing between consecutive ones
+  while (reader && !ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
     const auto now = steady_clock::now();
     if (now >= end) break;
     const auto slice = std::min<steady_clock::duration>(milliseconds(100), end - now);
@@ -80,7 +79,7 @@ int run(int argc, char** argv) {
         // takeover, a restart or a re-created channel's frames come next, so read on until
         // --count or --duration. A new producer's sequence numbers start again.
         ++gone;
-        last_seq = 0;
+        prev_seq = 0;
         continue;
       }
       if (st == ipcring::Status::evicted && !reader->follow_error().empty()) {
@@ -99,13 +98,19 @@ int run(int argc, char** argv) {
     // ringpub describes its frames as uint8 bytes; a frame without that tensor is counted (a
     // producer other than ringpub, or a relay such as ringbridge import, which carries no tensor),
     // one with another tensor is corrupt.
+    // With --origin-sequence, a relay may describe the same bytes as an image (ringbridge import
+    // --ros2: (H, W, C) uint8): any contiguous uint8 tensor of all the frame's bytes is right.
     if (const auto t = f->tensor()) {
-      if (!(*t == ipcring::pattern::tensor(f->size()))) bad = true;
+      const bool relayed_bytes =
+          origin && t->dtype_code == ipcring::pattern::tensor(1).dtype_code && t->dtype_bits == 8 &&
+          t->is_contiguous() && t->byte_offset == 0 && t->elements() == f->size();
+      if (!(*t == ipcring::pattern::tensor(f->size())) && !relayed_bytes) bad = true;
     } else {
       ++untyped;
     }
-    if (seq <= last_seq) bad = true;  // sequences only grow
-    if (origin && !bad && last_seq != 0) gaps += seq - last_seq - 1;
+    if (seq <= prev_seq) bad = true;  // sequences only grow
+    if (origin && !bad && prev_seq != 0) gaps += seq - prev_seq - 1;
+    prev_seq = seq;
     last_seq = seq;
     if (hold_ms > 0) std::this_thread::sleep_for(duration<double, std::milli>(hold_ms));
     if (!ipcring::pattern::check(f->data(), f->size(), seq)) bad = true;  // overwritten while held?
@@ -123,9 +128,9 @@ int run(int argc, char** argv) {
       "ringsub %s [%s, hold %.1f ms]: frames=%llu overruns=%llu corrupt=%llu last_sequence=%llu "
       "producer_gone=%llu untyped=%llu seconds=%.2f%s\n",
       name.c_str(), policy.c_str(), hold_ms, static_cast<unsigned long long>(frames),
-      static_cast<unsigned long long>(reader->overruns()), static_cast<unsigned long long>(corrupt),
-      static_cast<unsigned long long>(last_seq), static_cast<unsigned long long>(gone),
-      static_cast<unsigned long long>(untyped), secs,
+      static_cast<unsigned long long>(reader ? reader->overruns() : 0),
+      static_cast<unsigned long long>(corrupt), static_cast<unsigned long long>(last_seq),
+      static_cast<unsigned long long>(gone), static_cast<unsigned long long>(untyped), secs,
       origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
   std::fflush(stdout);
   return corrupt != 0 ? ipcring::tools::kExitError : ipcring::tools::kExitOk;

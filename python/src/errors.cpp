@@ -3,6 +3,8 @@
 
 #include <array>
 #include <exception>
+#include <string>
+#include <utility>
 
 namespace ipcring::python {
 
@@ -25,6 +27,30 @@ void fill(std::array<PyObject*, kMaxCode>& table, const py::dict& by_value) {
 }
 
 }  // namespace
+
+std::string python_spelling(Errc code, std::string message) {
+  // The library speaks C++ (Backend::host); a Python user passes backend='host'.
+  for (const auto& [cpp, py] :
+       {std::pair<const char*, const char*>{"Backend::host", "backend='host'"},
+        {"Backend::cuda", "backend='cuda'"}}) {
+    const std::string from = cpp;
+    for (auto at = message.find(from); at != std::string::npos;
+         at = message.find(from, at + std::char_traits<char>::length(py))) {
+      message.replace(at, from.size(), py);
+    }
+  }
+  // What to do, in the Producer's and Reader's own words.
+  if (code == Errc::too_many_readers) {
+    message +=
+        "; the producer's Producer(max_readers=N) (ringpub --readers N) sizes the reader "
+        "entries, and ipcring.inspect() takes none";
+  } else if (code == Errc::config_mismatch) {
+    message +=
+        "; stop the readers, or create the Producer with the channel's geometry "
+        "(ipcring.inspect(name) shows it)";
+  }
+  return message;
+}
 
 std::string channel_prefix(const std::string& name) {
   return ipcring::channel_prefix(name);
@@ -67,7 +93,7 @@ void set_python_error_from_current_exception() noexcept {
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const ipcring::Error& e) {
-    PyErr_SetString(error_class(e.code()), e.what());
+    PyErr_SetString(error_class(e.code()), python_spelling(e.code(), e.what()).c_str());
   } catch (const py::builtin_exception& e) {
     e.set_error();
   } catch (const std::exception& e) {
@@ -112,7 +138,7 @@ void init_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ipcring::Error& e) {
-      PyErr_SetString(error_class(e.code()), e.what());
+      PyErr_SetString(error_class(e.code()), python_spelling(e.code(), e.what()).c_str());
     }
   });
 

@@ -33,6 +33,10 @@ PyObject* status_class(Status status) noexcept;
 void set_python_error_from_current_exception() noexcept;
 
 // "ipcring: channel 'NAME': "
+// A library message in Python's words: backend='host' for Backend::host, and for
+// too_many_readers and config_mismatch what to do about it.
+std::string python_spelling(Errc code, std::string message);
+
 std::string channel_prefix(const std::string& name);
 
 }  // namespace ipcring::python

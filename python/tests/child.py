@@ -93,6 +93,23 @@ def blocked_reader(name):
     print("read returned", flush=True)
 
 
+def service_producer(name, handlers):
+    """A producer as a service runs it: publishes until stopped. handlers == "yes": with
+    ipcring.install_signal_handlers(), so SIGTERM ends it through its `with` block."""
+    if handlers == "yes":
+        ipcring.install_signal_handlers()
+    with ipcring.Producer(name, slots=4, max_readers=1, frame_bytes=256) as p:
+        print("ready", flush=True)
+        try:
+            while True:
+                with p.loan(timeout=5) as loan:
+                    loan.write(ringtest.pattern(loan.sequence, 256))
+                    p.publish(loan, 256)
+                time.sleep(0.01)
+        finally:
+            print("stopping", flush=True)
+
+
 if __name__ == "__main__":
     role = sys.argv[1]
     globals()[role](*sys.argv[2:])

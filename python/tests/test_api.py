@@ -293,6 +293,22 @@ def test_bad_inputs_raise_error_subclasses(channel):
             ipcring.Producer(channel, slots="8", frame_bytes=64)
 
 
+def test_messages_speak_python_and_say_what_to_do(channel):
+    with ipcring.Producer(channel, max_readers=1, frame_bytes=64):
+        with ipcring.Reader(channel):
+            with pytest.raises(ipcring.TooManyReaders) as e:
+                ipcring.Reader(channel)
+    assert "Producer(max_readers=N)" in str(e.value)
+    assert "ipcring.inspect() takes none" in str(e.value)
+    # The library's "use Backend::host" reaches Python as backend='host'.
+    try:
+        ipcring.Producer(channel, frame_bytes=64, backend="cuda").close()
+    except ipcring.Unsupported as e:
+        assert "backend='host'" in str(e) and "Backend::" not in str(e), str(e)
+    else:
+        pytest.skip("backend='cuda' works here: no refusal to read")
+
+
 def test_exception_hierarchy_matches_cpp():
     cpp_errc = ipcring._ipcring._cpp_errc_names()
     assert {m.value: m.name for m in ipcring.Errc} == cpp_errc

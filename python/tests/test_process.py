@@ -254,3 +254,92 @@ def test_defaults_satisfy_the_sizing_rule(channel):
             f.release()
         for r in readers:
             r.close()
+
+
+@pytest.mark.parametrize("handlers", ["no", "yes"])
+def test_sigterm_of_a_python_producer(channel, handlers):
+    """systemctl stop sends SIGTERM. Python's default ends the process on the spot and the channel
+    stays (stale); after ipcring.install_signal_handlers() the `with` block closes the Producer,
+    which removes its channel, and the process exits 0, as ringpub does."""
+    child = ringtest.spawn_child("service_producer", channel, handlers)
+    try:
+        ringtest.expect_line(child, "ready")
+        time.sleep(0.2)
+        child.send_signal(signal.SIGTERM)
+        rc, out, err = finish(child)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    if handlers == "yes":
+        assert rc == 0, err
+        assert "stopping" in out
+        assert channel not in ipcring.list_channels()
+    else:
+        assert rc == -signal.SIGTERM
+        assert channel in ipcring.list_channels()  # what install_signal_handlers() is for
+        assert ipcring.inspect(channel)["producer"]["alive"] is False
+
+
+def test_install_signal_handlers_returns_the_previous_ones():
+    before = signal.getsignal(signal.SIGTERM)
+    previous = ipcring.install_signal_handlers()
+    try:
+        assert previous[int(signal.SIGTERM)] == before
+        assert signal.getsignal(signal.SIGTERM) is not before
+        with pytest.raises(SystemExit) as info:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert info.value.code == 0
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def test_ros2_images_through_ringbridge_keep_their_shape_in_torch(channel):
+    """A numpy (48, 64, 3) uint8 image published from Python goes out with `ringbridge export
+    --ros2` (no --width/--height: from the frame's tensor) and comes back through `ringbridge
+    import --ros2` as frames a torch reader sees as (48, 64, 3) uint8 images."""
+    np = pytest.importorskip("numpy")
+    bridge = os.environ.get("IPCRING_RINGBRIDGE")
+    if not bridge or not os.access(bridge, os.X_OK):
+        pytest.skip("ringbridge not built (IPCRING_RINGBRIDGE unset or not executable)")
+    a, b = channel + "A", channel + "B"
+    topic = "pyros%d" % os.getpid()  # DDS topic names take no hyphen
+    domain = str(1 + os.getpid() % 100)
+    common = ["--ros2", "--reliable", "--depth", "64", "--domain", domain, "--interface", "lo"]
+    image = (np.arange(48 * 64 * 3) % 251).astype(np.uint8).reshape(48, 64, 3)
+    imp = subprocess.Popen([bridge, "import", topic, "--channel", b, "--frame-bytes", "9216"] +
+                           common, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    exp = None
+    try:
+        reader = attach_when_ready(b, timeout=20)
+        with ipcring.Producer(a, slots=8, max_readers=2, frame_bytes=image.nbytes) as p:
+            exp = subprocess.Popen([bridge, "export", a, "--topic", topic] + common,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            got = None
+            deadline = time.monotonic() + 30
+            while got is None and time.monotonic() < deadline:
+                assert imp.poll() is None and exp.poll() is None, (imp.communicate(),
+                                                                    exp.communicate())
+                p.send(image)
+                time.sleep(0.05)
+                got = reader.try_read()
+            assert got is not None, "no image came back through the bridge"
+            tensor = torch.from_dlpack(got)
+            assert tensor.dtype == torch.uint8
+            assert tuple(tensor.shape) == (48, 64, 3)
+            assert torch.equal(tensor, torch.from_numpy(image))
+            assert got.capture_time_ns  # the Image's header stamp
+            del tensor
+            got.release()
+        reader.close()
+    finally:
+        for proc in (exp, imp):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=20)
+        for name in (a, b):
+            try:
+                ipcring.remove_channel(name, force=True)
+            except ipcring.Error:
+                pass

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -58,9 +59,14 @@ struct Names {
   std::string log(const std::string& what) const { return dir + "/" + what; }
 };
 
+// The export starts before its channel's producer in most cases: it waits for the channel until
+// stopped unless the case gives its own --wait.
 std::vector<std::string> export_args(const Names& n, std::vector<std::string> extra = {}) {
   std::vector<std::string> v{RINGBRIDGE_PATH, "export", n.a,           "--topic", n.topic,
                              "--domain",      n.domain, "--interface", "lo"};
+  if (std::find(extra.begin(), extra.end(), "--wait") == extra.end()) {
+    v.insert(v.end(), {"--wait-for-channel", "forever"});
+  }
   v.insert(v.end(), extra.begin(), extra.end());
   return v;
 }
@@ -425,8 +431,11 @@ TEST_CASE("usage errors exit 2, --version 0, a missing channel with --wait exits
   CHECK(none.wait_exit(20s) == 2);
   Proc both({RINGBRIDGE_PATH, "export", n.a, "--reliable", "--best-effort"}, n.log("both"));
   CHECK(both.wait_exit(20s) == 2);
-  Proc noshape({RINGBRIDGE_PATH, "export", n.a, "--ros2"}, n.log("noshape"));
+  // --ros2 needs no --width/--height (they come from each frame's tensor), but a bad one is
+  // refused with the option's range.
+  Proc noshape({RINGBRIDGE_PATH, "export", n.a, "--ros2", "--width", "0"}, n.log("noshape"));
   CHECK(noshape.wait_exit(20s) == 2);
+  CHECK(noshape.err().find("--width: '0' is out of range") != std::string::npos);
   Proc gone(export_args(n, {"--wait", "0.3"}), n.log("gone"));
   CHECK(gone.wait_exit(20s) == 1);
   CHECK(gone.err().find(n.a) != std::string::npos);
@@ -553,4 +562,115 @@ TEST_CASE("pattern::origin_sequence inverts the payload pattern") {
   }
   std::uint64_t got = 0;
   CHECK_FALSE(ipcring::pattern::origin_sequence(frame.data(), 7, got));
+}
+
+TEST_CASE("image_format_of: width, height, encoding and step from the frame's tensor") {
+  using namespace ipcring::bridge;
+  using ipcring::DType;
+  using ipcring::TensorDesc;
+  const ImageFormat none{};
+  // A numpy (480, 640, 3) uint8 array: rgb8, step 1920.
+  const auto rgb = TensorDesc::contiguous(DType::uint, 8, {480, 640, 3});
+  auto f = image_format_of(none, rgb);
+  REQUIRE(f.has_value());
+  CHECK(f->width == 640);
+  CHECK(f->height == 480);
+  CHECK(f->encoding == "rgb8");
+  CHECK(f->step == 1920);
+  // (H, W) is mono8; (H, W, 4) rgba8; a given encoding of the same pixel size wins.
+  CHECK(image_format_of(none, TensorDesc::contiguous(DType::uint, 8, {48, 64}))->encoding ==
+        "mono8");
+  CHECK(image_format_of(none, TensorDesc::contiguous(DType::uint, 8, {48, 64, 4}))->encoding ==
+        "rgba8");
+  CHECK(image_format_of(ImageFormat{"bgr8", 0, 0}, rgb)->encoding == "bgr8");
+  CHECK_FALSE(image_format_of(ImageFormat{"mono8", 0, 0}, rgb).has_value());  // 1 != 3 bytes
+  // Padded rows (a crop of a wider image): the row stride is the step.
+  auto padded = rgb;
+  padded.shape[1] = 600;
+  padded.strides[0] = 1920;
+  padded.strides[1] = 3;
+  padded.strides[2] = 1;
+  CHECK(image_format_of(none, padded)->step == 1920);
+  // Not an image: float32, 1-D bytes (ringpub's frames), no tensor; flags then decide.
+  CHECK_FALSE(image_format_of(none, TensorDesc::contiguous(DType::float_, 32, {48, 64, 3})));
+  CHECK_FALSE(image_format_of(none, TensorDesc::contiguous(DType::uint, 8, {9216})));
+  CHECK_FALSE(image_format_of(none, std::nullopt));
+  const auto flags = image_format_of(ImageFormat{"rgb8", 64, 48}, std::nullopt);
+  REQUIRE(flags.has_value());
+  CHECK(flags->step == 0);  // width * 3, the frame must be exactly the image
+  // Flags override the tensor's shape.
+  CHECK(image_format_of(ImageFormat{"", 320, 0}, rgb)->width == 320);
+}
+
+TEST_CASE("image_tensor and image_stamp_ns: an Image is an (H, W, C) uint8 tensor") {
+  using namespace ipcring::bridge;
+  sensor_msgs_msg_dds__Image_ m{};
+  m.width = 64;
+  m.height = 48;
+  m.step = 192;
+  m.encoding = const_cast<char*>("rgb8");
+  m.header.stamp.sec = 1'700'000'000;
+  m.header.stamp.nanosec = 5;
+  auto t = image_tensor(m);
+  REQUIRE(t.has_value());
+  CHECK(t->dtype_name() == "uint8");
+  CHECK(t->shape_text() == "(48, 64, 3)");
+  CHECK(t->is_contiguous());
+  CHECK(image_stamp_ns(m) == 1'700'000'000'000'000'005ULL);
+  m.step = 200;  // padded rows
+  t = image_tensor(m);
+  REQUIRE(t.has_value());
+  CHECK(t->stride(0) == 200);
+  CHECK(ipcring::tensor_fits(*t, 200 * 48));
+  m.encoding = const_cast<char*>("mono8");
+  CHECK(image_tensor(m)->shape_text() == "(48, 64, 1)");
+  m.encoding = const_cast<char*>("32FC1");  // not an encoding ringbridge handles
+  CHECK_FALSE(image_tensor(m).has_value());
+}
+
+TEST_CASE("--ros2 both ways with a typed channel: no flags, and B's frames are (H, W, C) uint8") {
+  Names n("typed");
+  constexpr std::int64_t kH = 48, kW = 64, kC = 3;
+  constexpr std::size_t kBytes = kH * kW * kC;
+  Proc imp(import_args(n, {"--ros2", "--reliable", "--depth", "64", "--frame-bytes",
+                           std::to_string(kBytes)}),
+           n.log("import"));
+  REQUIRE_MESSAGE(wait_until([&] { return listed(n.b); }, 20s), imp.describe());
+  // Once refused: "--ros2 needs --width and --height (got 0x0)".
+  Proc exp(export_args(n, {"--ros2", "--reliable", "--depth", "64"}), n.log("export"));
+  REQUIRE_MESSAGE(exp.wait_for_output("1 subscriber(s) matched", true, 30s), exp.describe());
+  auto reader = ipcring::Reader::attach(
+      n.b, {.policy = ipcring::ReadPolicy::sequential, .wait_for_channel = 10s});
+  // What a numpy (48, 64, 3) uint8 array published from Python is.
+  auto producer =
+      ipcring::Producer::create(n.a, {.slots = 8, .max_readers = 2, .frame_bytes = kBytes});
+  const auto image = ipcring::TensorDesc::contiguous(ipcring::DType::uint, 8, {kH, kW, kC});
+  std::optional<ipcring::Frame> got;
+  for (int i = 0; i < 200 && !got; ++i) {
+    auto loan = producer.loan();
+    if (loan) {
+      for (std::size_t k = 0; k < kBytes; ++k) loan->data()[k] = static_cast<std::byte>(k % 251);
+      REQUIRE(loan->set_tensor(image));
+      producer.publish(std::move(*loan), kBytes);
+    }
+    auto f = reader.read(50ms);
+    if (f) got.emplace(std::move(*f));
+  }
+  INFO(exp.describe());
+  INFO(imp.describe());
+  REQUIRE(got.has_value());
+  const auto t = got->tensor();
+  REQUIRE(t.has_value());
+  CHECK(t->dtype_name() == "uint8");
+  CHECK(t->shape_text() == "(48, 64, 3)");  // what torch.from_dlpack(frame).shape says
+  CHECK(got->size() == kBytes);
+  CHECK(got->capture_time_ns() != 0);  // the Image's header stamp
+  bool same = true;
+  for (std::size_t k = 0; k < kBytes; ++k)
+    same = same && got->data()[k] == static_cast<std::byte>(k % 251);
+  CHECK(same);
+  got.reset();
+  CHECK(exp.terminate() == 0);
+  CHECK(imp.terminate() == 0);
+  CHECK(field(exp.out(), "not_image") == 0);
 }

@@ -35,6 +35,7 @@ struct ToolResult {
   int rc = -1;     // exit status; -1 when killed by a signal
   int signal = 0;  // the signal that ended it, if any
   bool timed_out = false;
+  bool interrupted = false;  // run_on_terminal typed Ctrl-C
   std::string out;
   std::string err;
 };
@@ -132,9 +133,12 @@ inline std::optional<std::string> no_terminal_reason() {
 // redrawing in place). TERM is xterm unless `env` sets it: the caller's TERM (dumb under CI, or
 // none) says nothing about the terminal made here. Throws when no pseudo-terminal can be had
 // (check no_terminal_reason() first).
+// `interrupt_when`: once the output holds this text, Ctrl-C is typed on the terminal (the
+// terminal sends SIGINT to the program, as a user's Ctrl-C does); empty: never.
 inline ToolResult run_on_terminal(const std::vector<std::string>& argv,
                                   const std::vector<std::string>& env = {},
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                                  const std::string& interrupt_when = {}) {
   ToolResult r;
   int master = -1;
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
@@ -166,6 +170,11 @@ inline ToolResult run_on_terminal(const std::vector<std::string>& argv,
     const ssize_t n = read(master, buf, sizeof buf);
     if (n <= 0) break;  // EIO once the child closed the terminal
     r.out.append(buf, static_cast<std::size_t>(n));
+    if (!interrupt_when.empty() && !r.interrupted &&
+        r.out.find(interrupt_when) != std::string::npos) {
+      const char ctrl_c = 0x03;
+      r.interrupted = write(master, &ctrl_c, 1) == 1;
+    }
   }
   close(master);
   int status = 0;

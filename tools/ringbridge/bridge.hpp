@@ -27,7 +27,7 @@ struct ExportOptions {
   std::string frame_id;  // ros2: header.frame_id (default: the channel name)
   ReadPolicy policy = ReadPolicy::sequential;
   DdsOptions dds;
-  double wait_s = 0;        // give up when the channel has not appeared after this (0: never)
+  double wait_s = 5;        // give up when the channel has not appeared after this (< 0: never)
   std::uint64_t count = 0;  // stop after sending this many (0: never)
   bool quiet = false;
 };

@@ -122,9 +122,11 @@ class Exporter {
           std::fprintf(stderr, "ringbridge export: %s [%s]\n", e.what(), to_string(e.code()));
           return false;
         }
-        if (first && o_.wait_s > 0 && steady_clock::now() - begin > duration<double>(o_.wait_s)) {
-          std::fprintf(stderr, "ringbridge export: %s [%s] (waited %.1f s)\n", e.what(),
-                       to_string(e.code()), o_.wait_s);
+        if (first && o_.wait_s >= 0 && steady_clock::now() - begin >= duration<double>(o_.wait_s)) {
+          std::fprintf(stderr,
+                       "ringbridge export: %s [%s] (waited %.1f s; --wait-for-channel SEC or "
+                       "forever waits longer)\n",
+                       e.what(), to_string(e.code()), o_.wait_s);
           return false;
         }
         if (!said && !o_.quiet) {
@@ -215,14 +217,28 @@ class Exporter {
     const std::uint64_t now = realtime_ns();
     dds_return_t rc = 0;
     if (o_.ros2) {
+      // Width, height, encoding and step from the frame's tensor; the flags override.
       sensor_msgs_msg_dds__Image_ img{};
-      if (fill_image_sample(img, v, o_.image, frame_id_, now) != Verdict::ok) {
+      const std::optional<ImageFormat> format = image_format_of(o_.image, v.tensor);
+      if (!format || fill_image_sample(img, v, *format, frame_id_, now) != Verdict::ok) {
         if (stats_.not_image++ == 0) {
-          std::fprintf(stderr,
-                       "ringbridge export %s: frame %llu has %zu bytes, not %ux%u %s; such "
-                       "frames are dropped (counted as not_image)\n",
-                       o_.channel.c_str(), static_cast<unsigned long long>(f.sequence()), f.size(),
-                       o_.image.width, o_.image.height, o_.image.encoding.c_str());
+          const std::string tensor =
+              v.tensor ? v.tensor->dtype_name() + " " + v.tensor->shape_text() : "no tensor";
+          if (format) {
+            std::fprintf(stderr,
+                         "ringbridge export %s: frame %llu has %zu bytes (%s), not a %ux%u %s "
+                         "image; such frames are dropped (counted as not_image)\n",
+                         o_.channel.c_str(), static_cast<unsigned long long>(f.sequence()),
+                         f.size(), tensor.c_str(), format->width, format->height,
+                         format->encoding.c_str());
+          } else {
+            std::fprintf(stderr,
+                         "ringbridge export %s: frame %llu (%zu bytes, %s) is not an image: give "
+                         "--width and --height (and --encoding), or publish a uint8 (H, W) or "
+                         "(H, W, C) tensor; such frames are dropped (counted as not_image)\n",
+                         o_.channel.c_str(), static_cast<unsigned long long>(f.sequence()),
+                         f.size(), tensor.c_str());
+          }
         }
         return;
       }

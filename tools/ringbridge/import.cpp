@@ -142,7 +142,11 @@ class Importer {
       count_drop(v, stats_.received, s.data._length);
       return;
     }
-    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length}, {}, 0, nullptr);
+    // The image's shape as the frame's tensor ((H, W, C) uint8, rows step bytes apart) and its
+    // header stamp as the capture time, so a reader (numpy, torch) gets an image, not bytes.
+    const std::optional<TensorDesc> tensor = image_tensor(s);
+    publish({reinterpret_cast<const std::byte*>(s.data._buffer), s.data._length}, {},
+            image_stamp_ns(s), tensor ? &*tensor : nullptr);
   }
 
   void publish(std::span<const std::byte> data, std::span<const std::byte> metadata,

@@ -19,6 +19,7 @@
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
 #include "signals.hpp"
+#include "wait.hpp"
 
 namespace {
 
@@ -58,16 +59,17 @@ void add_common(CLI::App* sub, Common& c) {
                            "profile): lost frames are not resent");
   rel->excludes(be);
   sub->add_option("--depth", c.depth, "History depth (keep-last) where it applies")
-      ->check(CLI::Range(1, 10000))
+      ->check(ipcring::tools::count(1, 10000))
       ->capture_default_str();
   sub->add_option("--domain", c.domain, "DDS domain id (default: ROS_DOMAIN_ID, else 0)")
-      ->check(CLI::Range(0, 232));
+      ->check(ipcring::tools::count(0, 232));
   sub->add_option("--interface", c.interface_name,
                   "Network interface (e.g. lo, eth0) when CYCLONEDDS_URI is unset; default: "
                   "Cyclone's choice");
   sub->add_flag("--ros2", c.ros2,
                 "ROS 2 conventions: topic rt/<T>, type sensor_msgs::msg::dds_::Image_");
-  sub->add_option("--count", c.count, "Stop after N frames (0: run until SIGINT/SIGTERM)");
+  sub->add_option("--count", c.count, "Stop after N frames (0: run until SIGINT/SIGTERM)")
+      ->check(ipcring::tools::count());
   sub->add_flag("--quiet", c.quiet, "Only the summary and errors");
 }
 
@@ -105,18 +107,20 @@ int run(int argc, char** argv) {
   ex->add_option("--policy", policy,
                  "latest or sequential (default: sequential when reliable, else latest)")
       ->check(CLI::IsMember({"latest", "sequential"}));
-  ex->add_option("--width", eo.image.width, "--ros2: image width in pixels");
-  ex->add_option("--height", eo.image.height, "--ros2: image height in rows");
+  ex->add_option("--width", eo.image.width,
+                 "--ros2: image width in pixels (default: from the frame's tensor)")
+      ->check(ipcring::tools::count(1, 1U << 20));
+  ex->add_option("--height", eo.image.height,
+                 "--ros2: image height in rows (default: from the frame's tensor)")
+      ->check(ipcring::tools::count(1, 1U << 20));
   ex->add_option("--encoding", eo.image.encoding,
-                 "--ros2: mono8, rgb8, bgr8, rgba8, bgra8, 8UC1..8UC4, bayer_*8")
+                 "--ros2: mono8, rgb8, bgr8, rgba8, bgra8, 8UC1..8UC4, bayer_*8 (default: from the "
+                 "frame's tensor: mono8, 8UC2, rgb8 or rgba8 by its channels; mono8 without one)")
       ->check([](const std::string& e) {
         return ipcring::bridge::bytes_per_pixel(e) ? std::string() : "unsupported encoding " + e;
-      })
-      ->capture_default_str();
+      });
   ex->add_option("--frame-id", eo.frame_id, "--ros2: header.frame_id (default: the channel name)");
-  ex->add_option("--wait", eo.wait_s,
-                 "Give up when the channel has not appeared after SEC seconds (0: wait forever)")
-      ->capture_default_str();
+  ipcring::tools::add_wait_option(ex, eo.wait_s);
   add_common(ex, ce);
 
   auto* im = app.add_subcommand("import", "Subscribe to DDS topic T and publish into a channel");
@@ -124,13 +128,19 @@ int run(int argc, char** argv) {
   im->add_option("--channel", io.channel, "Channel to create (this bridge is its producer)")
       ->required();
   im->add_option("--slots", io.channel_config.slots, "Frame buffers in the pool")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
-  im->add_option("--readers", io.channel_config.max_readers, "Maximum readers")
+  im->add_option("--readers", io.channel_config.max_readers,
+                 "Reader entries: readers attached at once (ringdump show/list/check take none)")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
   im->add_option("--max-held", io.channel_config.max_held, "Frames one reader may hold")
+      ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
   im->add_option("--frame-bytes", io.channel_config.frame_bytes,
-                 "Capacity of each frame; larger samples are counted (too_large) and dropped")
+                 "Capacity of each frame (bytes, or k, M, G); larger samples are counted "
+                 "(too_large) and dropped")
+      ->transform(ipcring::tools::size_bytes(1, std::uint64_t{1} << 40))
       ->capture_default_str();
   add_common(im, ci);
 
@@ -157,11 +167,6 @@ int run(int argc, char** argv) {
                                          : ipcring::ReadPolicy::latest;
     eo.count = ce.count;
     eo.quiet = ce.quiet;
-    if (eo.ros2 && (eo.image.width == 0 || eo.image.height == 0)) {
-      std::fprintf(stderr, "ringbridge export: --ros2 needs --width and --height (got %ux%u)\n",
-                   eo.image.width, eo.image.height);
-      return kExitUsage;
-    }
     return ipcring::bridge::run_export(eo);
   }
   io.ros2 = ci.ros2;

@@ -93,13 +93,79 @@ std::optional<TensorDesc> sample_tensor(const ipcring_bridge_Frame& s) noexcept 
   return t;
 }
 
+namespace {
+const char* encoding_for_channels(std::int64_t channels) noexcept {
+  switch (channels) {
+    case 1:
+      return "mono8";
+    case 2:
+      return "8UC2";
+    case 3:
+      return "rgb8";
+    case 4:
+      return "rgba8";
+    default:
+      return nullptr;
+  }
+}
+}  // namespace
+
+std::optional<ImageFormat> image_format_of(const ImageFormat& flags,
+                                           const std::optional<TensorDesc>& tensor) noexcept {
+  ImageFormat f = flags;
+  f.step = 0;
+  f.byte_offset = 0;
+  const bool image_tensor = tensor &&
+                            tensor->dtype_code == static_cast<std::uint8_t>(DType::uint) &&
+                            tensor->dtype_bits == 8 && (tensor->ndim == 2 || tensor->ndim == 3) &&
+                            tensor_span(*tensor).has_value();
+  if (image_tensor) {
+    const TensorDesc& t = *tensor;
+    const std::int64_t h = t.shape[0];
+    const std::int64_t w = t.shape[1];
+    const std::int64_t c = t.ndim == 3 ? t.shape[2] : 1;
+    const bool rows_of_pixels = h > 0 && w > 0 && h <= UINT32_MAX && w <= UINT32_MAX &&
+                                encoding_for_channels(c) && (t.ndim == 2 || t.stride(2) == 1) &&
+                                t.stride(1) == c && t.stride(0) >= w * c &&
+                                t.stride(0) <= UINT32_MAX;
+    if (rows_of_pixels) {
+      if (f.encoding.empty()) f.encoding = encoding_for_channels(c);
+      const auto bpp = bytes_per_pixel(f.encoding);
+      if (!bpp || *bpp != static_cast<std::uint64_t>(c)) return std::nullopt;
+      if (f.width == 0) f.width = static_cast<std::uint32_t>(w);
+      if (f.height == 0) f.height = static_cast<std::uint32_t>(h);
+      // The tensor's row layout applies to the tensor's own shape only.
+      if (f.width == static_cast<std::uint64_t>(w) && f.height == static_cast<std::uint64_t>(h)) {
+        f.step = static_cast<std::uint32_t>(t.stride(0));
+        f.byte_offset = t.byte_offset;
+      }
+    }
+  }
+  if (f.encoding.empty()) f.encoding = "mono8";
+  if (f.width == 0 || f.height == 0 || !bytes_per_pixel(f.encoding)) return std::nullopt;
+  return f;
+}
+
 Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& s, const FrameView& f,
                           const ImageFormat& format, const std::string& frame_id,
                           std::uint64_t stamp_realtime_ns) noexcept {
   const auto bpp = bytes_per_pixel(format.encoding);
   if (!bpp || format.width == 0 || format.height == 0) return Verdict::not_image;
-  const std::uint64_t step = std::uint64_t{format.width} * *bpp;
-  if (step > UINT32_MAX || step * format.height != f.data.size()) return Verdict::not_image;
+  const std::uint64_t packed = std::uint64_t{format.width} * *bpp;
+  const std::uint64_t step = format.step == 0 ? packed : format.step;
+  if (step > UINT32_MAX || step < packed) return Verdict::not_image;
+  std::span<const std::byte> rows = f.data;
+  if (format.step == 0) {
+    if (step * format.height != f.data.size()) return Verdict::not_image;
+  } else {
+    // Rows from byte_offset on; the last one needs only its pixels, but Image.data holds
+    // step * height bytes.
+    if (format.byte_offset > f.data.size() ||
+        step * format.height > f.data.size() - format.byte_offset) {
+      return Verdict::not_image;
+    }
+    rows = f.data.subspan(format.byte_offset, step * format.height);
+  }
   s.header.stamp.sec = static_cast<std::int32_t>(stamp_realtime_ns / 1'000'000'000ULL);
   s.header.stamp.nanosec = static_cast<std::uint32_t>(stamp_realtime_ns % 1'000'000'000ULL);
   s.header.frame_id = const_cast<char*>(frame_id.c_str());  // read by dds_write only
@@ -108,7 +174,7 @@ Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& s, const FrameView& f,
   s.encoding = const_cast<char*>(format.encoding.c_str());
   s.is_bigendian = 0;  // 8-bit channels: byte order does not apply
   s.step = static_cast<std::uint32_t>(step);
-  borrow(s.data, f.data);
+  borrow(s.data, rows);
   return Verdict::ok;
 }
 
@@ -127,6 +193,26 @@ Verdict check_image_sample(const sensor_msgs_msg_dds__Image_& s, std::size_t cap
   if (bpp && std::uint64_t{s.width} * *bpp > s.step) return Verdict::bad_shape;
   if (s.data._length > capacity) return Verdict::too_large;
   return Verdict::ok;
+}
+
+std::optional<TensorDesc> image_tensor(const sensor_msgs_msg_dds__Image_& s) noexcept {
+  const auto bpp = bytes_per_pixel(s.encoding != nullptr ? s.encoding : "");
+  if (!bpp || s.width == 0 || s.height == 0 || std::uint64_t{s.width} * *bpp > s.step) {
+    return std::nullopt;
+  }
+  TensorDesc t = TensorDesc::contiguous(
+      DType::uint, 8, {std::int64_t{s.height}, std::int64_t{s.width}, std::int64_t{*bpp}});
+  if (s.step != std::uint64_t{s.width} * *bpp) {  // padded rows: the row stride says so
+    t.strides[0] = s.step;
+    t.strides[1] = *bpp;
+    t.strides[2] = 1;
+  }
+  return t;
+}
+
+std::uint64_t image_stamp_ns(const sensor_msgs_msg_dds__Image_& s) noexcept {
+  if (s.header.stamp.sec < 0) return 0;
+  return static_cast<std::uint64_t>(s.header.stamp.sec) * 1'000'000'000ULL + s.header.stamp.nanosec;
 }
 
 }  // namespace ipcring::bridge

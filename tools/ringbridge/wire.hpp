@@ -35,10 +35,14 @@ enum class Verdict {
 const char* to_string(Verdict v) noexcept;
 
 // An image format for --ros2: encoding (sensor_msgs/image_encodings.hpp names), width, height.
+// As export's flags, an empty encoding or a zero width or height means "from the frame's tensor"
+// (image_format_of); step 0 means width * bytes per pixel.
 struct ImageFormat {
-  std::string encoding = "mono8";
+  std::string encoding;
   std::uint32_t width = 0;
   std::uint32_t height = 0;
+  std::uint32_t step = 0;         // bytes from one row to the next (0: width * bytes per pixel)
+  std::uint64_t byte_offset = 0;  // where row 0 starts in the frame
 };
 
 // Bytes per pixel of the 8-bit encodings ringbridge handles; nullopt for the others.
@@ -55,12 +59,23 @@ struct FrameView {
   std::optional<TensorDesc> tensor;   // the producer's tensor description, if any
 };
 
+// The image a frame is, for export --ros2: what the flags give (width, height, encoding), the
+// rest from the frame's tensor when it is a uint8 (H, W) or (H, W, C) image with C in 1..4 and
+// rows of whole pixels (a row stride of at least W * C elements, pixels C apart, channels 1
+// apart): width W, height H, step = the row stride, encoding mono8, 8UC2, rgb8 or rgba8 by C
+// unless given. nullopt when neither says a width and a height, or they disagree on the pixel
+// size (a given encoding of another C than the tensor's).
+std::optional<ImageFormat> image_format_of(const ImageFormat& flags,
+                                           const std::optional<TensorDesc>& tensor) noexcept;
+
 // ---- sending --------------------------------------------------------------------------------
 // `channel` must outlive the call (copied into the fixed-size field, cut at 200 bytes).
 void fill_frame_sample(ipcring_bridge_Frame& sample, const FrameView& frame,
                        std::string_view channel, std::uint64_t send_realtime_ns) noexcept;
 
-// ok, or not_image when frame.data is not height * width * bytes_per_pixel(encoding) bytes.
+// ok, or not_image when frame.data is not height * width * bytes_per_pixel(encoding) bytes (with
+// format.step set: when the frame has fewer than byte_offset + step * height bytes; the rows are
+// sent from byte_offset on, step bytes each, as Image.step says).
 // `encoding` and `frame_id` are borrowed (must outlive the sample).
 Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& sample, const FrameView& frame,
                           const ImageFormat& format, const std::string& frame_id,
@@ -74,5 +89,12 @@ Verdict check_frame_sample(const ipcring_bridge_Frame& sample, std::size_t capac
 std::optional<TensorDesc> sample_tensor(const ipcring_bridge_Frame& sample) noexcept;
 Verdict check_image_sample(const sensor_msgs_msg_dds__Image_& sample,
                            std::size_t capacity) noexcept;
+
+// The tensor a checked Image is: (height, width, C) uint8, rows `step` bytes apart, for the
+// encodings of bytes_per_pixel (C = its bytes per pixel); nullopt for other encodings.
+std::optional<TensorDesc> image_tensor(const sensor_msgs_msg_dds__Image_& sample) noexcept;
+
+// header.stamp in nanoseconds (the sender's capture time; 0 when the stamp is unset or negative).
+std::uint64_t image_stamp_ns(const sensor_msgs_msg_dds__Image_& sample) noexcept;
 
 }  // namespace ipcring::bridge

@@ -58,14 +58,16 @@ int run(int argc, char** argv) {
   show->add_flag("--json", json, "One JSON document");
   show->add_option("--rate-window-ms", rate_window_ms,
                    "Milliseconds between the two snapshots that measure rates (0: one snapshot)")
+      ->check(ipcring::tools::count(0, 60000))
       ->capture_default_str();
 
   auto* watch = app.add_subcommand("watch", "Show one channel repeatedly (Ctrl-C quits)");
   watch->add_option("name", name, "Channel name")->required();
   watch->add_option("--interval", interval_s, "Seconds between snapshots")
-      ->check(CLI::PositiveNumber)
+      ->check(ipcring::tools::positive(86400))
       ->capture_default_str();
-  watch->add_option("--count", count, "Stop after N snapshots (0: until Ctrl-C)");
+  watch->add_option("--count", count, "Stop after N snapshots (0: until Ctrl-C)")
+      ->check(ipcring::tools::count());
   watch->add_flag("--json", json, "One JSON document per snapshot, one per line");
   std::string watch_size;
   watch->add_option("--size", watch_size,
@@ -73,12 +75,14 @@ int run(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "Exit 0 when the channel is healthy, 3 when not");
   check->add_option("name", name, "Channel name")->required();
-  auto* lag_opt = check->add_option("--max-lag", max_lag,
-                                    "Unhealthy when a reader is more than N frames behind head");
+  auto* lag_opt = check
+                      ->add_option("--max-lag", max_lag,
+                                   "Unhealthy when a reader is more than N frames behind head")
+                      ->check(ipcring::tools::count());
   auto* idle_opt = check
                        ->add_option("--max-idle", max_idle_s,
                                     "Unhealthy when the producer published nothing for S seconds")
-                       ->check(CLI::PositiveNumber);
+                       ->check(ipcring::tools::positive(1e6));
   check->add_flag("--json", json, "Verdict and reasons as one JSON line");
 
   auto* reap = app.add_subcommand("reap", "Free the entries and held slots of dead readers");

@@ -20,7 +20,9 @@
 
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
+#include "npy.hpp"
 #include "signals.hpp"
+#include "wait.hpp"
 
 namespace ringdump::stream {
 
@@ -60,20 +62,12 @@ std::string bytes_rate_text(double bps) {
   return fmt("%.2f GB/s", bps / 1e9);
 }
 
-ipcring::Reader attach(const Commands& c) {
+// nullopt: stopped (SIGINT/SIGTERM) while waiting for the channel, which ends the command with
+// exit 0 as a stop does later.
+std::optional<ipcring::Reader> attach(const Commands& c) {
   ipcring::ReaderOptions options;
   options.policy = c.sequential ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
-  const std::uint64_t deadline = now_ns() + static_cast<std::uint64_t>(c.wait_s * 1e9);
-  for (;;) {
-    try {
-      return ipcring::Reader::attach(c.name, options);
-    } catch (const ipcring::Error& e) {
-      const bool absent =
-          e.code() == ipcring::Errc::not_found || e.code() == ipcring::Errc::not_ready;
-      if (!absent || now_ns() >= deadline || g_stop != 0) throw;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-  }
+  return ipcring::tools::attach_waiting("ringdump", c.name, options, c.wait_s);
 }
 
 // ---- value summary ---------------------------------------------------------------------------
@@ -195,7 +189,66 @@ struct Echoed {
   bool tensor_invalid = false;
   std::string metadata;
   Summary summary;
+  std::string saved;  // --save: the file written, or why none was
 };
+
+// --save: the frame's tensor in C order as a .npy file, or its bytes as a .bin file (no tensor,
+// or a dtype .npy cannot say); copied out of the frame before it is released, written after.
+struct ToSave {
+  std::optional<ipcring::TensorDesc> npy;  // C-order, byte_offset 0
+  std::vector<std::byte> bytes;
+  std::string why_not;  // not empty: nothing to write
+};
+
+ToSave copy_for_saving(const ipcring::Frame& f, bool device_memory) {
+  ToSave out;
+  if (device_memory) {
+    out.why_not = "not saved: device memory (not read by ringdump)";
+    return out;
+  }
+  const auto t = f.tensor();
+  if (!t || ipcring::tools::npy::descr_of(*t).empty()) {
+    out.bytes.assign(f.data(), f.data() + f.size());
+    return out;
+  }
+  ipcring::TensorDesc c = *t;
+  c.byte_offset = 0;
+  for (auto& stride : c.strides) stride = 0;  // C order
+  const std::size_t item = t->element_bytes();
+  const std::uint64_t elements = t->elements();
+  out.bytes.resize(elements * item);
+  std::int64_t index[ipcring::kMaxTensorDims] = {};
+  for (std::uint64_t k = 0; k < elements; ++k) {  // in C order, through the strides
+    std::int64_t at = static_cast<std::int64_t>(t->byte_offset);
+    for (std::uint8_t d = 0; d < t->ndim; ++d) {
+      at += index[d] * t->stride(d) * static_cast<std::int64_t>(item);
+    }
+    std::memcpy(out.bytes.data() + k * item, f.data() + at, item);
+    for (std::uint8_t d = t->ndim; d-- > 0;) {
+      if (++index[d] < t->shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  out.npy = c;
+  return out;
+}
+
+std::string save(const std::string& dir, std::uint64_t epoch, std::uint64_t sequence,
+                 const ToSave& s) {
+  if (!s.why_not.empty()) return s.why_not;
+  char leaf[64];
+  std::snprintf(leaf, sizeof leaf, "epoch%llu-frame%09llu.%s",
+                static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(sequence),
+                s.npy ? "npy" : "bin");
+  const std::string path = dir + "/" + leaf;
+  if (s.npy) {
+    ipcring::tools::npy::write_file(
+        path, ipcring::tools::npy::serialise(*s.npy, s.bytes.data(), s.bytes.size()));
+  } else {
+    ipcring::tools::npy::write_file(path, s.bytes);
+  }
+  return path;
+}
 
 bool printable(const std::string& m) {
   return std::all_of(m.begin(), m.end(), [](char c) {
@@ -265,6 +318,7 @@ void print_echo(const Echoed& e, bool json) {
       s["unavailable"] = e.summary.why;
     }
     j["values"] = s;
+    if (!e.saved.empty()) j["saved"] = e.saved;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("--- frame %llu  epoch %llu  slot %u  %llu bytes  skipped %llu\n",
@@ -310,12 +364,15 @@ void print_echo(const Echoed& e, bool json) {
     } else {
       std::printf("  values     %s\n", e.summary.why.c_str());
     }
+    if (!e.saved.empty()) std::printf("  saved      %s\n", e.saved.c_str());
   }
   std::fflush(stdout);
 }
 
 int cmd_echo(const Commands& c) {
-  ipcring::Reader reader = attach(c);
+  std::optional<ipcring::Reader> attached = attach(c);
+  if (!attached) return kExitOk;
+  ipcring::Reader& reader = *attached;
   const bool device = reader.backend() == ipcring::Backend::cuda;
   std::uint64_t printed = 0;
   while (g_stop == 0 && (c.count == 0 || printed < c.count)) {
@@ -349,7 +406,10 @@ int cmd_echo(const Commands& c) {
     const auto m = f->metadata();
     e.metadata.assign(reinterpret_cast<const char*>(m.data()), m.size());
     e.summary = summarise(*f, device, c.elements);
+    ToSave to_save;
+    if (!c.save_dir.empty()) to_save = copy_for_saving(*f, device);
     f->release();
+    if (!c.save_dir.empty()) e.saved = save(c.save_dir, e.epoch, e.sequence, to_save);
     print_echo(e, c.json);
     ++printed;
   }
@@ -410,7 +470,9 @@ WindowStats stats_of(const std::deque<Sample>& w) {
 int cmd_rate(const Commands& c, bool bandwidth) {
   Commands sequential = c;
   sequential.sequential = true;
-  ipcring::Reader reader = attach(sequential);
+  std::optional<ipcring::Reader> attached = attach(sequential);
+  if (!attached) return kExitOk;
+  ipcring::Reader& reader = *attached;
   std::deque<Sample> window;
   std::uint64_t frames = 0;
   std::uint64_t reports = 0;
@@ -476,15 +538,19 @@ void add(CLI::App& app, Commands& c) {
   c.echo = app.add_subcommand(
       "echo", "Print each new frame: header, tensor, metadata, a summary of its values");
   c.echo->add_option("name", c.name, "Channel name")->required();
-  c.echo->add_option("--count", c.count, "Stop after N frames (0: until Ctrl-C)");
+  c.echo->add_option("--count", c.count, "Stop after N frames (0: until Ctrl-C)")
+      ->check(ipcring::tools::count());
   c.echo->add_flag("--sequential", c.sequential,
                    "Every frame in order (default: the newest frame each time)");
   c.echo->add_option("--elements", c.elements, "Elements summarised per frame")
+      ->check(ipcring::tools::count())
       ->capture_default_str();
+  ipcring::tools::add_wait_option(c.echo, c.wait_s);
   c.echo
-      ->add_option("--wait-for-channel,--wait", c.wait_s,
-                   "Seconds to wait for the channel to appear")
-      ->check(ipcring::tools::non_negative(1e6));
+      ->add_option("--save", c.save_dir,
+                   "Write each frame printed into DIR: its tensor in C order as a .npy file "
+                   "(epochE-frameN.npy), or its bytes as a .bin file (no tensor)")
+      ->check(CLI::ExistingDirectory);
   c.echo->add_flag("--json", c.json, "One JSON object per frame, one per line");
 
   c.hz = app.add_subcommand("hz", "Publication rate with min/max/std-dev of the intervals");
@@ -492,15 +558,14 @@ void add(CLI::App& app, Commands& c) {
   for (CLI::App* sub : {c.hz, c.bw}) {
     sub->add_option("name", c.name, "Channel name")->required();
     sub->add_option("--window", c.window, "Intervals in the window")
-        ->check(CLI::PositiveNumber)
+        ->check(ipcring::tools::count(1, 1000000))
         ->capture_default_str();
     sub->add_option("--interval", c.interval_s, "Seconds between reports")
-        ->check(CLI::PositiveNumber)
+        ->check(ipcring::tools::positive(86400))
         ->capture_default_str();
-    sub->add_option("--count", c.count, "Stop after N reports (0: until Ctrl-C)");
-    sub->add_option("--wait-for-channel,--wait", c.wait_s,
-                    "Seconds to wait for the channel to appear")
-        ->check(ipcring::tools::non_negative(1e6));
+    sub->add_option("--count", c.count, "Stop after N reports (0: until Ctrl-C)")
+        ->check(ipcring::tools::count());
+    ipcring::tools::add_wait_option(sub, c.wait_s);
     sub->add_flag("--json", c.json, "One JSON object per report, one per line");
   }
 }

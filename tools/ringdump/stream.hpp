@@ -1,6 +1,7 @@
 // stream.hpp — the ringdump subcommands that read a channel's frames as a reader:
 //
 //   ringdump echo NAME [--count N]   each new frame: header, tensor, metadata, a value summary
+//                    [--save DIR]    (and the frames as .npy / raw files)
 //   ringdump hz NAME                 publication rate over a window (min/max/std-dev of intervals)
 //   ringdump bw NAME                 bandwidth over a window (frame sizes x rate)
 //
@@ -28,7 +29,8 @@ struct Commands {
   std::uint64_t window = 100;     // hz/bw: intervals in the window
   double interval_s = 1.0;        // hz/bw: seconds between reports
   std::uint64_t elements = 1000;  // echo: elements summarised
-  double wait_s = 0;              // seconds to wait for the channel to appear
+  std::string save_dir;           // echo --save: frames written into this directory
+  double wait_s = 5;              // seconds to wait for the channel (wait.hpp; < 0: forever)
 };
 
 void add(CLI::App& app, Commands& commands);
