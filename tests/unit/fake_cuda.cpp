@@ -754,9 +754,40 @@ bool FakeCuda::done(std::uint64_t work) const {
   return world_->ops_.at(work).done;
 }
 
+void FakeCuda::kill_leaving_writes() {
+  std::lock_guard lock(world_->mutex_);
+  world_->dead_.insert(id_);
+  world_->dying_.insert(id_);
+}
+
+int FakeCuda::land_late_writes() {
+  int landed = 0;
+  {
+    std::lock_guard lock(world_->mutex_);
+    if (world_->dying_.erase(id_) == 0) return 0;
+    for (auto& [sid, s] : world_->streams_) {
+      if (s.process != id_) continue;
+      for (std::uint64_t o : s.ops) {
+        FakeGpuWorld::Op& op = world_->ops_.at(o);
+        if (op.kind != FakeGpuWorld::Op::Kind::write_value) continue;
+        if (world_->registered(id_, op.addr, 8)) {
+          std::atomic_ref<std::uint64_t>(*op.addr).store(op.value, std::memory_order_release);
+          ++landed;
+        } else {
+          ++world_->unregistered_writes_;
+        }
+      }
+      s.ops.clear();
+    }
+  }
+  kill();  // now the context goes
+  return landed;
+}
+
 void FakeCuda::kill() {
   std::lock_guard lock(world_->mutex_);
   world_->dead_.insert(id_);
+  world_->dying_.erase(id_);
   for (auto it = world_->handles_.begin(); it != world_->handles_.end();) {
     if (it->second.process == id_) {
       if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;

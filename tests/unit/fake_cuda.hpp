@@ -32,7 +32,10 @@
 //    make_context() gives a non-primary context a test can make current.
 //  * A killed process's streams never run again (its pending records and writes never happen);
 //    its events are destroyed, its mappings and registrations dropped, as when the driver tears a
-//    context down.
+//    context down. kill_leaving_writes() models the interval the kernel leaves between a dying
+//    process's release of its robust futexes (its lease reads dead) and the close of its device
+//    files (its context torn down): its queued stream writes may still land, in stream order, when
+//    the test calls land_late_writes(), into memory that stays registered until then.
 //  * Anything that would block forever (synchronising on work that waits for another process)
 //    returns CudaErr::unknown and counts in `hangs`, so a test fails instead of hanging.
 //  * fail(op, err, times) injects errors.
@@ -180,6 +183,7 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   std::set<std::pair<int, int>> peers_;
   int next_process_ = 1;
   std::set<int> dead_;
+  std::set<int> dying_;  // killed, context not torn down yet (kill_leaving_writes)
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Allocation> allocations_;
   std::map<std::uint64_t, EventState> events_;
@@ -247,6 +251,12 @@ class FakeCuda final : public detail::CudaApi {
   bool done(std::uint64_t work) const;
   // The process dies: its streams stop, its events and mappings go away.
   void kill();
+  // The process dies, but its context is not torn down yet: its streams stop and their queued
+  // 64-bit writes stay pending until land_late_writes() performs them (the kernels before them
+  // run to their end), after which the context is gone as with kill(). Returns how many writes
+  // landed.
+  void kill_leaving_writes();
+  int land_late_writes();
   // Injects `err` into the next `times` calls of `op` (times < 0: every call).
   void fail(FakeOp op, CudaErr err, int times = 1);
   int calls(FakeOp op) const;

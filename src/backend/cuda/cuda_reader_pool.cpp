@@ -13,10 +13,11 @@
 //    write_done[slot]); only the producer records that event. The slot word's publication (ring.hpp
 //    P2/R3) orders the CPU side; the event orders the GPU side (invariant 3).
 //  * Producer waits for readers: Frame::release(stream) queues on `stream`, after the reader's
-//    kernels, the write of FenceWord(entry generation, frame sequence) into the slot's
-//    release_fence[reader] word of the host-registered control segment (cuStreamWriteValue64), then
-//    (F1) sets bit `reader` of release_recorded, then the caller clears its bit in the slot word
-//    (R5). The producer's side is in cuda_producer_pool.cpp; cuda_fence.hpp defines the word.
+//    kernels, the write of FenceWord(recorder epoch, frame sequence) into the slot's
+//    release_fence[epoch & 1][reader] word of the host-registered control segment
+//    (cuStreamWriteValue64), then stores the epoch and (F1) sets bit `reader` of release_recorded,
+//    then the caller clears its bit in the slot word (R5). The producer's side is in
+//    cuda_producer_pool.cpp; cuda_fence.hpp defines the word.
 //
 // Detach. ~CudaReaderPool waits (kTeardownWait at most) for the fence words it wrote to be reached,
 // i.e. for its kernels on the released frames to finish. A slot whose fence did not complete keeps
@@ -94,7 +95,8 @@ class CudaReaderPool final : public ReaderPool {
     const SlotCache& c = cache_[slot];
     if (!c.fence_queued || reader_ >= readers_) return true;
     return FenceWord::reached(
-        view_.cuda_slot(slot).release_fence[reader_].load(std::memory_order_acquire),
+        fence_word(view_.cuda_slot(slot), reader_, c.fence_written >> FenceWord::kSequenceBits)
+            .load(std::memory_order_acquire),
         c.fence_written);
   }
 
@@ -329,8 +331,10 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
   if (c.import && reader < readers_ && reader == reader_ && producer_current(c.epoch)) {
     // While we hold our bit the slot cannot be reused: its descriptor is our frame's.
     const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
-    const std::uint64_t value = FenceWord::make(generation_, seq);
-    std::atomic<std::uint64_t>& word = view_.cuda_slot(slot).release_fence[reader];
+    CudaSlot& cs = view_.cuda_slot(slot);
+    const std::uint16_t epoch = next_epoch(cs, reader, generation_);
+    const std::uint64_t value = FenceWord::make(epoch, seq);
+    std::atomic<std::uint64_t>& word = fence_word(cs, reader, epoch);
     void* addr = registration_->device_address(&word);
     // stream nullptr (Frame::release()): the legacy default stream of our device, which orders the
     // write after the work queued so far on the legacy stream and on every blocking stream of this
@@ -349,12 +353,13 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
     if (e == CudaErr::success) {
       c.fence_written = value;
       c.fence_queued = true;
-      CudaSlot& cs = view_.cuda_slot(slot);
       // Relaxed: published by F1.
+      cs.fence_epoch[reader].store(epoch, std::memory_order_relaxed);
       cs.fence_generation[reader].store(static_cast<std::uint32_t>(generation_),
                                         std::memory_order_relaxed);
-      // (F1) release, pairs with (F2) in prepare_write: the write was queued, and our generation
-      // stored, before the producer looks. Then the caller clears our bit in the slot word (R5).
+      // (F1) release, pairs with (F2) in prepare_write: the write was queued, and our epoch and
+      // generation stored, before the producer looks. Then the caller clears our bit in the slot
+      // word (R5).
       cs.release_recorded.fetch_or(1U << reader, std::memory_order_release);
     } else {
       // No fence: make our work done instead, so the producer may reuse the buffer as soon as we
