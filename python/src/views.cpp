@@ -98,6 +98,12 @@ void wait_for_write(const PyFrame& f, std::uintptr_t s, const char* what) {
   FrameHold& h = *f.hold;
   bind_release_stream(h, s, f, what);
   const Status st = h.frame.wait_on(to_cuda_stream(s));
+  if (st == Status::producer_gone) {
+    raise_status(st, channel_prefix(f.channel) + what + ": the producer of frame " +
+                         std::to_string(f.sequence) +
+                         " died or was replaced before its write of the frame was known complete; "
+                         "the frame is dropped (release it unread)");
+  }
   if (st != Status::ok) {
     raise_status(st, channel_prefix(f.channel) + what + ": making stream " + stream_text(s) +
                          " wait for the producer's write of frame " + std::to_string(f.sequence) +

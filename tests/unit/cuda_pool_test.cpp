@@ -1008,6 +1008,51 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
+  TEST_CASE("cuda: a frame whose producer died with its writes queued is dropped by wait_on") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x3131);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    CudaStream ps = prod->make_stream();
+    const std::uint64_t fill = prod->launch(ps);  // the producer's fill, still queued
+    REQUIRE(pool->before_publish(0, ps) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(0, 1, 0x3131) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+
+    SUBCASE("a live producer: the reader's stream waits for the fill") {
+      REQUIRE(reader->wait_on(0, rs) == Status::ok);
+      const std::uint64_t kernel = rdr->launch(rs, false);
+      CHECK_FALSE(rdr->done(kernel));
+      prod->finish(fill);
+      CHECK(rdr->done(kernel));
+    }
+    SUBCASE("a producer that closed: its event is still there, and still waited for") {
+      seg.view.producer().lease_word.store(detail::LeaseWord::make(1, detail::LeaseState::closed));
+      REQUIRE(reader->wait_on(0, rs) == Status::ok);
+      const std::uint64_t kernel = rdr->launch(rs, false);
+      CHECK_FALSE(rdr->done(kernel));
+      prod->finish(fill);
+      CHECK(rdr->done(kernel));
+    }
+    SUBCASE("a producer killed mid-fill and taken over: the frame is dropped, not read") {
+      prod->kill();
+      seg.producer(2, 0x3232);
+      CHECK(reader->wait_on(0, rs) == Status::producer_gone);
+      CHECK(reader->wait_on(0, nullptr) == Status::producer_gone);
+    }
+    reader->release_fence(0, 0, rs);
+    reader.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
   TEST_CASE("cuda: negative control: IPCRING_CUDA_TEST_BREAK=release_fence loses the ordering") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(2, 1);

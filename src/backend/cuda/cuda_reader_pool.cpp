@@ -305,10 +305,16 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
 Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
   const SlotCache& c = cache_[slot];
   if (!c.import) return Status::backend_error;
-  // A producer that closed waited for its writes before destroying its events; one that was
-  // replaced is gone with its events. Either way there is nothing left to wait for, and its event
-  // must not be used.
-  if (!producer_current(c.epoch)) return Status::ok;
+  // A producer that closed keeps each slot's event until no reader holds the slot and its last
+  // record completed (~CudaProducerPool), so while we hold the frame its event is there to wait
+  // on. One that died or was replaced may have published this frame with its writes still queued
+  // in its context, which is gone with its event: nothing can say the frame is complete, so the
+  // frame is dropped (producer_gone: the caller releases it unread).
+  const std::uint64_t lease = view_.producer().lease_word.load(std::memory_order_acquire);
+  if (lease != LeaseWord::make(c.epoch, LeaseState::active) &&
+      lease != LeaseWord::make(c.epoch, LeaseState::closed)) {
+    return Status::producer_gone;
+  }
   if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
   CudaErr e;
   if (stream != nullptr) {
