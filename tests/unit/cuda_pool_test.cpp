@@ -1053,6 +1053,47 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
+  TEST_CASE("cuda: calls on a caller's stream from a thread without a context bind none") {
+    // A garbage collector's thread, say, releases a frame with the stream it was used on.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    TestSegment seg(3, 1);
+    auto prod = world->process();
+    REQUIRE(prod->set_device(1) == CudaErr::success);
+    seg.producer(1, 0x4141);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true, 1), prod);
+    CudaStream ps = prod->make_stream();  // on device 1
+    auto rdr = world->process();
+    REQUIRE(rdr->set_device(1) == CudaErr::success);
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    CudaStream rs = rdr->make_stream(true);  // on device 1
+    const int inits = world->implicit_inits();
+    std::uint64_t kernel = 0;
+    std::thread([&] {
+      CHECK(prod->current_device() == -1);
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      REQUIRE(pool->before_publish(0, ps) == Status::ok);
+      seg.view.slot(0).sequence.store(1);
+      REQUIRE(reader->buffer(0, 1, 0x4141) != nullptr);
+      CHECK(reader->wait_on(0, rs) == Status::ok);
+      kernel = rdr->launch(rs);
+      reader->release_fence(0, 0, rs);
+      CHECK(seg.fences(0) == 0b1);                        // a GPU fence, not a CPU synchronisation
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);  // a GPU wait on it
+      CHECK(prod->current_device() == -1);
+      CHECK(rdr->current_device() == -1);
+    }).join();
+    CHECK(world->implicit_inits() == inits);
+    CHECK(rdr->calls(FakeOp::stream_synchronize) == 0);
+    CHECK(prod->calls(FakeOp::stream_wait_value64) == 1);
+    CHECK_FALSE(rdr->done(kernel));  // nothing synchronised it
+    rdr->finish(kernel);
+    reader.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
   TEST_CASE("cuda: negative control: IPCRING_CUDA_TEST_BREAK=release_fence loses the ordering") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(2, 1);

@@ -416,6 +416,7 @@ CudaErr FakeCuda::destroy_event(CudaEvent event) noexcept {
 
 CudaErr FakeCuda::record_event(CudaEvent event, CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::record_event);
+  if (stream != nullptr) (void)cur();  // the runtime needs a context even for a given stream
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -527,6 +528,7 @@ CudaErr FakeCuda::destroy_stream(CudaStream stream) noexcept {
 
 CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::stream_wait_event);
+  if (stream != nullptr) (void)cur();
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -550,6 +552,7 @@ CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept
 
 CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::stream_synchronize);
+  if (stream != nullptr) (void)cur();
   const std::uint64_t sid = stream == nullptr ? legacy(nullptr) : from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) {
@@ -640,6 +643,7 @@ CudaErr FakeCuda::host_device_pointer(void** device_ptr, void* host_ptr) noexcep
 CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,
                                        std::uint64_t value) noexcept {
   FAKE_ENTER(FakeOp::stream_write_value64);
+  if (ctx_.count(std::this_thread::get_id()) == 0) return ret(CudaErr::device_uninitialized);
   const std::uint64_t sid = legacy(stream);
   if (sid == 0) return ret(CudaErr::invalid_resource_handle);
   if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);
@@ -655,6 +659,7 @@ CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,
 CudaErr FakeCuda::stream_wait_value64(CudaStream stream, void* device_ptr,
                                       std::uint64_t value) noexcept {
   FAKE_ENTER(FakeOp::stream_wait_value64);
+  if (ctx_.count(std::this_thread::get_id()) == 0) return ret(CudaErr::device_uninitialized);
   const std::uint64_t sid = legacy(stream);
   if (sid == 0) return ret(CudaErr::invalid_resource_handle);
   if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);

@@ -29,7 +29,10 @@
 //  * Contexts are per thread, as in the driver: set_device makes a device's primary context
 //    current; a thread with no current context that makes a device-dependent call gets device 0's
 //    primary context implicitly (counted in `implicit_inits`: the pool must never cause one);
-//    make_context() gives a non-primary context a test can make current.
+//    make_context() gives a non-primary context a test can make current. A runtime call on a
+//    given stream needs a current context too (one is bound implicitly, and counted); a driver
+//    entry point (the stream memory operations) on a thread with none fails with
+//    CUDA_ERROR_INVALID_CONTEXT (reported as device_uninitialized, the runtime's spelling).
 //  * A killed process's streams never run again (its pending records and writes never happen);
 //    its events are destroyed, its mappings and registrations dropped, as when the driver tears a
 //    context down. kill_leaving_writes() models the interval the kernel leaves between a dying

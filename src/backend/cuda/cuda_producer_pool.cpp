@@ -363,6 +363,11 @@ Status CudaProducerPool::prepare_write(std::uint32_t slot, CudaStream stream) no
     bits = running & cs.release_recorded.load(std::memory_order_acquire);
   }
   if (stream == nullptr) return Status::no_free_slot;  // a GPU may still read the buffer
+  StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the calls
+  if (!guard.ok()) {
+    log_.report(*api_, "making a context current for cuStreamWaitValue64", slot, guard.error());
+    return Status::backend_error;
+  }
   for (std::uint32_t r = 0; r < readers_; ++r) {
     const std::uint32_t bit = 1U << r;
     if ((running & bit) == 0) continue;
@@ -383,7 +388,8 @@ Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream) n
   if (!handles_published_) publish_handles();
   CudaErr e;
   if (stream != nullptr) {
-    e = api_->record_event(res_->write_done[slot], stream);
+    StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+    e = guard.ok() ? api_->record_event(res_->write_done[slot], stream) : guard.error();
   } else {
     DeviceGuard guard(*api_, device_);  // the legacy stream of our device's primary context
     e = guard.ok() ? api_->record_event(res_->write_done[slot], nullptr) : guard.error();

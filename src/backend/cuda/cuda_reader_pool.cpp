@@ -318,7 +318,8 @@ Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
   if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
   CudaErr e;
   if (stream != nullptr) {
-    e = api_->stream_wait_event(stream, c.import->write_done);
+    StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+    e = guard.ok() ? api_->stream_wait_event(stream, c.import->write_done) : guard.error();
   } else {
     DeviceGuard guard(*api_, device_);
     e = guard.ok() ? api_->stream_wait_event(nullptr, c.import->write_done) : guard.error();
@@ -351,7 +352,8 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
       word.store(value, std::memory_order_release);  // negative control: not after our kernels
       e = CudaErr::success;
     } else if (stream != nullptr) {
-      e = api_->stream_write_value64(stream, addr, value);
+      StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+      e = guard.ok() ? api_->stream_write_value64(stream, addr, value) : guard.error();
     } else {
       DeviceGuard guard(*api_, device_);
       e = guard.ok() ? api_->stream_write_value64(nullptr, addr, value) : guard.error();
@@ -374,6 +376,7 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
       log_.report(*api_, "cuStreamWriteValue64 of the release fence; synchronising instead", slot,
                   e);
       if (stream != nullptr) {
+        StreamCallGuard guard(*api_, device_);
         (void)api_->stream_synchronize(stream);
       } else {
         DeviceGuard guard(*api_, device_);
