@@ -912,6 +912,7 @@ TEST_SUITE("cuda") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(2, 2);
     auto prod = world->process();
+    REQUIRE(prod->set_device(0) == CudaErr::success);
     seg.producer(1, 0x6161);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
@@ -919,6 +920,7 @@ TEST_SUITE("cuda") {
     seg.view.slot(0).sequence.store(1);
 
     auto dead = world->process();
+    REQUIRE(dead->set_device(0) == CudaErr::success);  // a reader thread with its context
     seg.reader_alive(1, 3);
     auto d = detail::make_cuda_reader_pool(seg.request(false), dead);
     d->attached(1);
@@ -936,6 +938,7 @@ TEST_SUITE("cuda") {
     // The successor takes the entry, reads frame 2 of the same slot and releases it; its kernel
     // ends and its fence lands. Then the dead context's queued write lands.
     auto next = world->process();
+    REQUIRE(next->set_device(0) == CudaErr::success);
     seg.reader_alive(1, 5);
     auto n = detail::make_cuda_reader_pool(seg.request(false), next);
     n->attached(1);
@@ -971,10 +974,12 @@ TEST_SUITE("cuda") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(1, 1);
     auto prod = world->process();
+    REQUIRE(prod->set_device(0) == CudaErr::success);
     seg.producer(1, 0x7070);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     CudaStream ps = prod->make_stream();
     auto rdr = world->process();
+    REQUIRE(rdr->set_device(0) == CudaErr::success);
     CudaStream rs = rdr->make_stream(true);
     const std::set<std::uint64_t> record_at = {1, 1 + 32768, 1 + 32768 + 40000,
                                                1 + 32768 + 40000 + 65534};
