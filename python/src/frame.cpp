@@ -116,10 +116,10 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
            })
       .def(
           "__dlpack__",
-          [](const PyFrame& f, const py::object& stream, const py::object& /*max_version*/,
+          [](const PyFrame& f, const py::object& stream, const py::object& max_version,
              const py::object& dl_device, const py::object& copy) {
             check_dlpack_request(f.device, f.channel, dl_device, copy);
-            return frame_dlpack(f, stream);
+            return frame_dlpack(f, stream, max_version);
           },
           py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),

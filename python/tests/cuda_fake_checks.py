@@ -96,6 +96,8 @@ _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def tensor_of(capsule):
@@ -182,8 +184,9 @@ def check_device_and_capsule(channel):
         except TypeError as e:
             assert channel in str(e) and "CUDA memory (device 0)" in str(e)
         del cap
-        # The array API's newer keywords: a DLPack 0.x capsule for any max_version; no copies.
-        cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0), dl_device=(2, 0), copy=False)
+        # The array API's newer keywords: max_version (1, 0) gets a versioned capsule (see
+        # check_dlpack_versioned_read_only), an older one a DLPack 0.6 capsule; no copies.
+        cap = f.__dlpack__(stream=LEGACY, max_version=(0, 8), dl_device=(2, 0), copy=False)
         assert tensor_of(cap).dl_tensor.data == f.address
         del cap
         for kwargs in ({"dl_device": (1, 0)}, {"copy": True}):
@@ -376,6 +379,68 @@ def check_cuda_array_interface(channel):
         assert g.__cuda_array_interface__["stream"] == s
         del cap
         g.release()
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+
+
+def check_dlpack_versioned_read_only(channel):
+    """A consumer that asks for DLPack 1.0 (max_version) gets a versioned capsule; frames are
+    flagged read-only (CUDA and host), loans are not; older consumers get a 0.6 capsule."""
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        publish(p, shape=(16, 256), dtype="uint8")
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0))
+        assert _api.PyCapsule_IsValid(cap, b"dltensor_versioned") == 1
+        v = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+        assert (v.version.major, v.version.minor) == (1, 0)
+        assert v.flags & READ_ONLY
+        assert v.dl_tensor.device.device_type == 2 and v.dl_tensor.ndim == 2
+        assert v.dl_tensor.data == f.address
+        old = f.__dlpack__(stream=LEGACY, max_version=(0, 8))
+        assert _api.PyCapsule_IsValid(old, b"dltensor") == 1
+        old2 = f.__dlpack__(stream=LEGACY)
+        assert _api.PyCapsule_IsValid(old2, b"dltensor") == 1
+        try:
+            f.__dlpack__(stream=LEGACY, max_version="1.0")
+            raise AssertionError("max_version of the wrong type")
+        except ipcring.InvalidArgument as e:
+            assert channel in str(e) and "max_version" in str(e)
+        del cap, old, old2
+        f.release()
+        loan = p.loan(timeout=0)
+        lc = loan.__dlpack__(stream=LEGACY, max_version=(1, 2))
+        lv = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(lc, b"dltensor_versioned"))
+        assert not lv.flags & READ_ONLY
+        del lc
+        loan.discard()
+    host = channel + "-h"
+    with ipcring.Producer(host, frame_bytes=64) as p, ipcring.Reader(host) as r:
+        p.send(b"x" * 64)
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(max_version=(1, 0))
+        v = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+        assert v.flags & READ_ONLY and v.dl_tensor.device.device_type == 1
+        del cap
+        f.release()
 
 
 def check_stream_arguments(channel):
