@@ -130,8 +130,7 @@ void bind_release_stream(FrameHold& h, std::uintptr_t s, const PyFrame& f, const
     }
     return;
   }
-  h.release_stream.store(s, std::memory_order_release);
-  h.release_stream_set.store(true, std::memory_order_release);
+  h.set_release_stream(s);
 }
 
 // Makes `s` wait (on the GPU) for the producer's write of the frame, and binds the release fence
@@ -546,8 +545,7 @@ void set_frame_release_stream(PyFrame& f, const py::object& stream) {
   if (!s.sync) return;
   // An explicit release stream overrides the one an export chose: the caller says where the last
   // work on the frame was queued.
-  f.hold->release_stream.store(s.value, std::memory_order_release);
-  f.hold->release_stream_set.store(true, std::memory_order_release);
+  f.hold->set_release_stream(s.value);
 }
 
 }  // namespace ipcring::python

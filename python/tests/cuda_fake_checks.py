@@ -381,6 +381,29 @@ def check_cuda_array_interface(channel):
         g.release()
 
 
+def check_per_thread_stream_resolved_where_named(channel):
+    """stream=2 is the per-thread default stream of whichever thread uses it. The consumer's
+    kernel runs on this thread's; its tensor dies on another thread (a garbage collector's): the
+    fence queued there must still follow the kernel."""
+    import threading
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        slot = publish(p)
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(stream=2)
+        managed = consume(cap)
+        kernel = launch(2)  # this thread's per-thread default stream
+        del cap
+        f.release()  # the tensor still holds the slot
+        assert f.slot_held
+        t = threading.Thread(target=delete, args=(managed,))
+        t.start()
+        t.join()
+        assert not f.slot_held
+        assert not fenced_slot_is_reused(p, slot, 6), "reused under a running consumer kernel"
+        finish(kernel)
+        assert fenced_slot_is_reused(p, slot, 6)
+
+
 class DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
 

@@ -553,7 +553,8 @@ CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept
 CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::stream_synchronize);
   if (stream != nullptr) (void)cur();
-  const std::uint64_t sid = stream == nullptr ? legacy(nullptr) : from_stream(stream);
+  const std::uint64_t sid =
+      stream == nullptr || stream == kPerThreadStream ? legacy(stream) : from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -576,6 +577,7 @@ int FakeCuda::cur() {
 
 std::uint64_t FakeCuda::legacy(CudaStream stream) {
   if (stream == nullptr) return world_->legacy_stream(id_, world_device(cur()));
+  if (stream == kPerThreadStream) return per_thread_stream(cur());
   const std::uint64_t sid = from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) return 0;
@@ -723,6 +725,19 @@ const char* FakeCuda::error_name(CudaErr err) noexcept {
 
 // ---- test controls ---------------------------------------------------------------------------
 
+std::uint64_t FakeCuda::per_thread_stream(int ordinal) {
+  const auto key = std::make_pair(std::this_thread::get_id(), ordinal);
+  auto it = per_thread_.find(key);
+  if (it != per_thread_.end()) return it->second;
+  const std::uint64_t id = world_->next_id_++;
+  FakeGpuWorld::Stream s;  // a blocking stream: ordered with the legacy stream both ways
+  s.process = id_;
+  s.device = world_device(ordinal);
+  world_->streams_[id] = std::move(s);
+  per_thread_[key] = id;
+  return id;
+}
+
 CudaStream FakeCuda::make_stream(bool nonblocking) {
   std::lock_guard lock(world_->mutex_);
   const std::uint64_t id = world_->next_id_++;
@@ -739,8 +754,9 @@ std::uint64_t FakeCuda::launch(CudaStream stream, bool held) {
   std::lock_guard lock(world_->mutex_);
   auto c = ctx_.find(std::this_thread::get_id());
   const int ordinal = c == ctx_.end() ? 0 : c->second.ordinal;
-  const std::uint64_t sid =
-      stream == nullptr ? world_->legacy_stream(id_, world_device(ordinal)) : from_stream(stream);
+  const std::uint64_t sid = stream == nullptr ? world_->legacy_stream(id_, world_device(ordinal))
+                            : stream == kPerThreadStream ? per_thread_stream(ordinal)
+                                                         : from_stream(stream);
   FakeGpuWorld::Op op;
   op.kind = FakeGpuWorld::Op::Kind::work;
   op.held = held;

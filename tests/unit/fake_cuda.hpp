@@ -244,6 +244,10 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr get_last_error() noexcept override;
   const char* error_name(CudaErr err) noexcept override;
 
+  // cudaStreamPerThread: the per-thread default stream of the calling thread (a blocking stream,
+  // made on first use), wherever a stream is taken.
+  static inline const CudaStream kPerThreadStream = reinterpret_cast<CudaStream>(std::uintptr_t{2});
+
   // ---- test controls
   // A blocking (default) or non-blocking stream of this process on its current device.
   CudaStream make_stream(bool nonblocking = false);
@@ -284,7 +288,8 @@ class FakeCuda final : public detail::CudaApi {
   // The calling thread's current ordinal; a thread without a context gets device 0's primary
   // context implicitly (and the world counts it). Called with the world mutex held.
   int cur();
-  std::uint64_t legacy(CudaStream stream);  // stream id; nullptr: the current legacy stream
+  std::uint64_t legacy(CudaStream stream);       // stream id; nullptr: the current legacy stream
+  std::uint64_t per_thread_stream(int ordinal);  // the calling thread's, made on first use
 
   std::shared_ptr<FakeGpuWorld> world_;
   int id_;
@@ -307,6 +312,7 @@ class FakeCuda final : public detail::CudaApi {
     int refs = 0;
   };
   std::map<std::pair<void*, int>, Mapping> mappings_;  // key: (pointer, ordinal of the context)
+  std::map<std::pair<std::thread::id, int>, std::uint64_t> per_thread_;  // (thread, ordinal)
 };
 
 }  // namespace ipcring::test
