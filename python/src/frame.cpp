@@ -110,7 +110,10 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "the legacy default stream.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
-           [](PyFrame& f, const py::args&) {
+           [](PyFrame& f, const py::args& exc) {
+             // Leaving the block normally is a release() without a stream, which a frame used
+             // through __cuda_array_interface__ refuses (say release(stream=...) inside the block).
+             if (!exc.empty() && exc[0].is_none()) set_frame_release_stream(f, py::none());
              f.hold.reset();
              return false;
            })

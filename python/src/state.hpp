@@ -116,6 +116,10 @@ struct FrameHold {
   std::atomic<std::uintptr_t> release_stream{1};
   std::atomic<bool> release_stream_set{false};
   std::atomic<std::thread::id> stream_thread{};  // the thread that named stream 2
+  // __cuda_array_interface__ was exported before any stream was bound: the dict said stream 1 by
+  // our choice, and its consumer may run on a stream the legacy one does not order (a
+  // non-blocking CuPy or Numba stream). Frame.release() then needs the consumer's stream.
+  std::atomic<bool> interface_unbound{false};
 };
 
 struct ReaderState {

@@ -503,9 +503,9 @@ py::dict frame_cuda_array_interface(const PyFrame& f) {
   }
   // The stream the frame is already used on, else the legacy default stream: the producer's write
   // is made visible on it before the dict is returned, and its `stream` key says which it is.
-  const std::uintptr_t s = f.hold->release_stream_set.load(std::memory_order_acquire)
-                               ? f.hold->release_stream.load(std::memory_order_acquire)
-                               : 1;
+  const bool bound = f.hold->release_stream_set.load(std::memory_order_acquire);
+  const std::uintptr_t s = bound ? f.hold->release_stream.load(std::memory_order_acquire) : 1;
+  if (!bound) f.hold->interface_unbound.store(true, std::memory_order_relaxed);
   wait_for_write(f, s, "__cuda_array_interface__");
   py::dict d;
   const auto ptr = reinterpret_cast<std::uintptr_t>(f.data);
@@ -540,7 +540,18 @@ void set_frame_release_stream(PyFrame& f, const py::object& stream) {
     if (!stream.is_none() && f.device.kind == DeviceKind::cpu) check_host_stream(stream, f.channel);
     return;
   }
-  if (stream.is_none()) return;  // keep the stream an export bound (else the legacy default)
+  if (stream.is_none()) {
+    if (f.hold->interface_unbound.load(std::memory_order_relaxed)) {
+      raise_errc(Errc::invalid_argument,
+                 channel_prefix(f.channel) + "release(): frame " + std::to_string(f.sequence) +
+                     " was exported through __cuda_array_interface__, whose consumer names no "
+                     "stream; a release fence on the legacy default stream does not follow work "
+                     "on a non-blocking stream (cupy.cuda.Stream(non_blocking=True)), so say "
+                     "where the last work on the frame ran: release(stream=<its cudaStream_t>), "
+                     "or release(stream=1) for the legacy default or a blocking stream");
+    }
+    return;  // keep the stream an export bound (else the legacy default)
+  }
   const StreamArg s = parse_stream(stream, f.channel, "release");
   if (!s.sync) return;
   // An explicit release stream overrides the one an export chose: the caller says where the last

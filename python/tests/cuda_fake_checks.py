@@ -372,13 +372,45 @@ def check_cuda_array_interface(channel):
         # Once the frame is used on a stream, the dict names that one.
         f2_slot = publish(p)
         assert f2_slot is not None
-        f.release()
+        f.release(stream=LEGACY)  # the consumer above ran on the legacy stream
         g = r.read(timeout=1)
         s = stream(nonblocking=True)
         cap = g.__dlpack__(stream=s)
         assert g.__cuda_array_interface__["stream"] == s
         del cap
         g.release()
+
+
+def check_cuda_array_interface_needs_the_consumer_stream(channel):
+    """A __cuda_array_interface__ consumer names no stream, and one on a non-blocking stream is
+    not ordered before a fence on the legacy stream: release() without a stream is refused (and
+    so is leaving a `with` block), release(stream=s) fences after the consumer's kernel on s."""
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        slot = publish(p)
+        f = r.read(timeout=1)
+        assert f.__cuda_array_interface__["stream"] == LEGACY
+        s = stream(nonblocking=True)  # cupy.cuda.Stream(non_blocking=True), say
+        kernel = launch(s)
+        try:
+            f.release()
+            raise AssertionError("release() after a __cuda_array_interface__ export")
+        except ipcring.InvalidArgument as e:
+            assert channel in str(e) and "release(stream=" in str(e), str(e)
+        assert f.slot_held
+        f.release(stream=s)
+        assert not f.slot_held
+        assert not fenced_slot_is_reused(p, slot, 6), "reused under a running consumer kernel"
+        finish(kernel)
+        assert fenced_slot_is_reused(p, slot, 6)
+        publish(p)
+        try:
+            with r.read(timeout=1) as g:
+                g.__cuda_array_interface__
+            raise AssertionError("a with block left after a __cuda_array_interface__ export")
+        except ipcring.InvalidArgument as e:
+            assert "release(stream=" in str(e), str(e)
+        assert g.held
+        g.release(stream=LEGACY)
 
 
 def check_per_thread_stream_resolved_where_named(channel):
