@@ -9,6 +9,7 @@
 // inherits a CUDA context): `ipcring_gpu_tests --role <role> <case> <channel> <notify-fd>
 // <device>`. Without a usable GPU every case prints "SKIPPED: ..." with the CUDA error and exits 77
 // (CTest's SKIP_RETURN_CODE).
+#include <cuda.h>  // attribute numbers only: nothing of libcuda is linked
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -563,6 +564,30 @@ int main(int argc, char** argv) {
           d, prop.name, prop.major, prop.minor, prop.totalGlobalMem >> 20,
           mode >= 0 && mode < 4 ? kModes[mode] : "unknown", prop.integrated,
           prop.unifiedAddressing);
+      // What the backend's fences and registration rely on (docs/cuda.md); -1: not reported.
+      // CAN_USE_64_BIT_STREAM_MEM_OPS is a driver attribute the runtime has no name for; the
+      // runtime's numbering is the driver's, so it is asked by number (-1: refused).
+      const auto attr = [d](cudaDeviceAttr a) {
+        int v = -1;
+        if (cudaDeviceGetAttribute(&v, a, d) != cudaSuccess) {
+          (void)cudaGetLastError();
+          v = -1;
+        }
+        return v;
+      };
+      char uuid[64];
+      std::snprintf(uuid, sizeof uuid, "%02x%02x%02x%02x-...", prop.uuid.bytes[0] & 0xff,
+                    prop.uuid.bytes[1] & 0xff, prop.uuid.bytes[2] & 0xff,
+                    prop.uuid.bytes[3] & 0xff);
+      std::printf(
+          "  attributes %d: CAN_USE_64_BIT_STREAM_MEM_OPS %d, HOST_REGISTER_SUPPORTED %d, "
+          "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM %d, CAN_FLUSH_REMOTE_WRITES %d, "
+          "COMPUTE_MODE %d, IPC_EVENT_SUPPORTED %d, uuid %s (MIG mode: nvidia-smi's "
+          "mig.mode.current above)\n",
+          d, attr(static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)),
+          attr(cudaDevAttrHostRegisterSupported),
+          attr(cudaDevAttrCanUseHostPointerForRegisteredMem), attr(cudaDevAttrCanFlushRemoteWrites),
+          mode, attr(cudaDevAttrIpcEventSupport), uuid);
     }
     return kPass;
   }
