@@ -396,6 +396,21 @@ TEST_SUITE("cuda") {
       CHECK(contains(msg, "integrated"));
       CHECK(contains(msg, "Backend::host"));
     }
+    SUBCASE("a GPU in compute mode prohibited or exclusive-process") {
+      for (const int mode : {2, 3}) {
+        auto dev = FakeGpuWorld::device(0xa1);
+        dev.compute_mode = mode;
+        auto world = FakeGpuWorld::make({dev});
+        auto prod = world->process();
+        const std::string msg = error_of([&] { make_producer(prod, ch, cuda_config()); }, code);
+        INFO(msg);
+        CHECK(code == Errc::unsupported);
+        CHECK(contains(msg, mode == 2 ? "compute mode prohibited" : "exclusive-process"));
+        CHECK(contains(msg, "nvidia-smi -c DEFAULT"));
+        CHECK(contains(msg, ch.name().c_str()));
+        CHECK(prod->calls(FakeOp::malloc) == 0);  // refused before anything was allocated
+      }
+    }
     SUBCASE("IPC not supported where the probe did not tell") {
       auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
       auto prod = world->process();

@@ -283,6 +283,9 @@ CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value
     case detail::CudaAttr::stream_mem_ops_64:
       value = d.stream_mem_ops ? 1 : 0;
       break;
+    case detail::CudaAttr::compute_mode:
+      value = d.compute_mode;
+      break;
   }
   return CudaErr::success;
 }

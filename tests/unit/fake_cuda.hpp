@@ -102,6 +102,7 @@ struct FakeDevice {
   bool ipc_events = true;
   bool host_register = true;
   bool stream_mem_ops = true;
+  int compute_mode = 0;  // cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process
 };
 
 class FakeCuda;

@@ -65,6 +65,7 @@ struct CudaUuid {
 // Device attributes the capability probe reads (values are cudaDeviceAttr's).
 enum class CudaAttr : int {
   integrated = 18,          // cudaDevAttrIntegrated: shares memory with the host (Jetson, DRIVE)
+  compute_mode = 20,        // cudaDevAttrComputeMode: 0 default, 2 prohibited, 3 exclusive-process
   unified_addressing = 41,  // cudaDevAttrUnifiedAddressing: required by CUDA IPC
   ipc_event_support = 125,  // cudaDevAttrIpcEventSupport
   host_register_supported = 99,  // cudaDevAttrHostRegisterSupported: cudaHostRegister works

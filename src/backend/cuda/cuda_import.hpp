@@ -1,7 +1,8 @@
 // cuda_import.hpp — the process-wide state of the CUDA backend: a producer's resources (shared
 // with Readers of the same process, which use them directly: a process cannot open its own IPC
-// handles) and the import cache (one mapping of a buffer per process and device: a context may
-// open a given IPC memory handle only once). Both registries are guarded by registry_mutex().
+// handles) and the import cache (one mapping of a buffer per process and device: the driver counts
+// the opens of a handle in a context, or refuses a second one on drivers before CUDA 11.1, so each
+// mapping has one owner that closes it once). Both registries are guarded by registry_mutex().
 #pragma once
 
 #include <cstdint>

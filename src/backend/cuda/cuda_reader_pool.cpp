@@ -2,11 +2,13 @@
 //
 // Import cache. A reader maps a buffer lazily, on its first frame in that slot, and keeps the
 // mapping in a cache keyed by (producer instance, epoch, slot, device): mapped once per process
-// and device (a registry shared by every Reader of the process, because a context may open a given
-// handle only once), closed on detach, or when the slot's frames come from another producer
-// instance/epoch, in the primary context of the device that opened it (DeviceGuard). Devices are
-// matched by UUID, never by ordinal, so CUDA_VISIBLE_DEVICES cannot make a reader open the wrong
-// GPU.
+// and device (a registry shared by every Reader of the process: the driver reference-counts a
+// handle opened twice in one context, CUDA 11.1 and later returning the same pointer, older drivers
+// refusing with cudaErrorAlreadyMapped, so each open must be paired with exactly one close by its
+// owner, and one owner per process and device keeps that simple), closed on detach, or when the
+// slot's frames come from another producer instance/epoch, in the primary context of the device
+// that opened it (DeviceGuard). Devices are matched by UUID, never by ordinal, so
+// CUDA_VISIBLE_DEVICES cannot make a reader open the wrong GPU.
 //
 // Fences both ways.
 //  * Reader waits for the producer: Frame::wait_on(stream) = cudaStreamWaitEvent(stream,
@@ -229,9 +231,11 @@ std::shared_ptr<Import> CudaReaderPool::acquire_import(std::uint32_t slot, std::
     CudaErr e = api_->ipc_open_mem_handle(&p, handles.memory);
     if (e != CudaErr::success) {
       (void)api_->get_last_error();
-      // Every open in this process goes through this registry, which opens a handle once per
-      // device; an already-mapped handle means someone else in the process (user code, another
-      // library) opened it and owns that mapping, which we must not close.
+      // Every open by ipcring goes through this registry, which opens a handle once per device.
+      // A driver that counts opens (CUDA 11.1+) gives us our own reference even when user code
+      // opened the handle too (our close then drops only ours); an older one refuses with
+      // cudaErrorAlreadyMapped: someone else in the process owns that mapping, which we must not
+      // close, so the frame fails cleanly.
       log_.report(*api_,
                   e == CudaErr::already_mapped
                       ? "cudaIpcOpenMemHandle: the buffer is already mapped in this process "
