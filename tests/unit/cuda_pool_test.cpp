@@ -1024,6 +1024,7 @@ TEST_SUITE("cuda") {
       reader.reset();  // detach
     }
     CHECK(recorded == 4);
+    CHECK(rdr->calls(FakeOp::get_device_count) >= 70000);  // every cycle built a reader pool
     pool.reset();
     CHECK(world->hangs() == 0);
   }
