@@ -108,8 +108,12 @@ if [[ "${IPCRING_GPU_RUN_INNER:-0}" != 1 ]]; then
   fi
   if [[ -n $out ]]; then
     write_summary "$rc" >"$out/summary.txt"
-    tar -czf "$out/gpu-run.tar.gz.tmp" -C "$out" --exclude=gpu-run.tar.gz --exclude=gpu-run.tar.gz.tmp . &&
-      mv "$out/gpu-run.tar.gz.tmp" "$out/gpu-run.tar.gz"
+    # Made outside DIR (an archive growing inside the directory it reads makes tar fail), then
+    # moved in.
+    archive=$(mktemp "${TMPDIR:-/tmp}/gpu-run.XXXXXX") &&
+      tar -czf "$archive" -C "$out" --exclude=./gpu-run.tar.gz . &&
+      mv "$archive" "$out/gpu-run.tar.gz" ||
+      { echo "== could not write $out/gpu-run.tar.gz" | tee -a "$out/summary.txt"; rc=1; }
     echo "summary: $out/summary.txt; every log: $out/gpu-run.tar.gz"
   fi
   exit "$rc"
