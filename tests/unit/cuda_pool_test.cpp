@@ -1178,6 +1178,36 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
+  TEST_CASE("cuda: a reader never destroys its copy of an event its exporter destroyed") {
+    // cudaIpcOpenEventHandle: operations on the imported event after the exporter's
+    // cudaEventDestroy are undefined. A producer that closes first destroys its events once no
+    // reader holds the slot; a reader that detaches later must leave its copy alone.
+    ScopedChannel ch("cuda-evorder");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::optional<Producer> p(make_producer(prod, ch, cuda_config(2, 1)));
+    std::optional<Reader> r(attach(rdr, ch));
+    publish_pattern(*p);
+    {
+      auto f = r->try_read();
+      REQUIRE(f);
+      REQUIRE(f->wait_on(nullptr) == Status::ok);  // the reader imported the slot's event
+    }
+    SUBCASE("the producer closes first") {
+      p.reset();
+      r.reset();
+      CHECK(world->use_after_destroy() == 0);
+    }
+    SUBCASE("the reader detaches first: its copy is destroyed, not leaked") {
+      const int before = rdr->calls(FakeOp::destroy_event);
+      r.reset();
+      CHECK(rdr->calls(FakeOp::destroy_event) == before + 1);
+      p.reset();
+      CHECK(world->use_after_destroy() == 0);
+    }
+  }
+
   TEST_CASE("cuda: a producer closing after its readers finished frees everything at once") {
     ScopedChannel ch("cuda-close");
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});

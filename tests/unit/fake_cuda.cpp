@@ -412,7 +412,11 @@ CudaErr FakeCuda::destroy_event(CudaEvent event) noexcept {
   if (it == world_->handles_.end() || it->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
   }
-  if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;
+  auto& ev = world_->events_.at(it->second.event);
+  // cudaIpcOpenEventHandle: "Performing operations on the imported event after the exported event
+  // has been freed with cudaEventDestroy will result in undefined behavior" (destroying included).
+  if (it->second.imported && ev.destroyed) ++world_->use_after_destroy_;
+  if (!it->second.imported) ev.destroyed = true;
   world_->handles_.erase(it);
   return CudaErr::success;
 }

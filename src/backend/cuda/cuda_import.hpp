@@ -5,6 +5,7 @@
 // mapping has one owner that closes it once). Both registries are guarded by registry_mutex().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -49,6 +50,10 @@ struct Import {
   std::uint64_t fork_gen = 0;
   std::byte* ptr = nullptr;
   CudaEvent write_done = nullptr;
+  // Set (under registry_mutex) by a Reader that lets go of this import after its producer stopped
+  // being current: the exporter may have destroyed the event, after which destroying our copy is
+  // undefined too; ~Import then leaves the copy (a small leak until the process exits).
+  std::atomic<bool> exporter_gone{false};
 
   Import() = default;
   ~Import();  // closes the mapping and the event copy, in the context that opened them

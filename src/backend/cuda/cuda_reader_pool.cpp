@@ -93,6 +93,16 @@ class CudaReaderPool final : public ReaderPool {
     return view_.producer().lease_word.load(std::memory_order_acquire) ==
            LeaseWord::make(epoch, LeaseState::active);
   }
+  // Before letting go of slot `i`'s import: when its producer is no longer current (closed, dead
+  // or replaced), the exporter may have destroyed the event already, and then any operation on
+  // our imported copy is undefined, destroying it included (cudaIpcOpenEventHandle): the last
+  // owner is told to leave it (~Import).
+  void mark_if_exporter_gone(std::uint32_t i) const noexcept {
+    const SlotCache& o = cache_[i];
+    if (o.import && !producer_current(o.epoch)) {
+      o.import->exporter_gone.store(true, std::memory_order_relaxed);  // under registry_mutex
+    }
+  }
   bool fence_done(std::uint32_t slot) const noexcept {
     const SlotCache& c = cache_[slot];
     if (!c.fence_queued || reader_ >= readers_) return true;
@@ -192,6 +202,7 @@ CudaReaderPool::~CudaReaderPool() {
         // recorded, under our generation, until our kernels finish).
         view_.cuda_slot(i).release_recorded.fetch_and(~(1U << reader_), std::memory_order_relaxed);
       }
+      mark_if_exporter_gone(i);
       cache_[i].import.reset();  // may close the mapping (~Import, with its device)
     }
     if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
@@ -265,6 +276,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
     // Another instance or epoch: its mapping goes (closed in ~Import unless another Reader of the
     // process still uses it) once our kernels on it are done.
     if (c.import && !fence_done(slot)) keep_mapped(c.import);
+    mark_if_exporter_gone(slot);
     c.import.reset();
     c.fence_queued = false;
     if (instance != last_instance_ || epoch != last_epoch_) {
@@ -275,6 +287,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
         SlotCache& o = cache_[i];
         if (o.import && (o.instance != instance || o.epoch != epoch) &&
             !o.held.load(std::memory_order_acquire) && fence_done(i)) {
+          mark_if_exporter_gone(i);
           o.import.reset();
           o.fence_queued = false;
         }
