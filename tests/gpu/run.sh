@@ -112,7 +112,7 @@ if [[ "${IPCRING_GPU_RUN_INNER:-0}" != 1 ]]; then
     # moved in.
     archive=$(mktemp "${TMPDIR:-/tmp}/gpu-run.XXXXXX") &&
       tar -czf "$archive" -C "$out" --exclude=./gpu-run.tar.gz . &&
-      mv "$archive" "$out/gpu-run.tar.gz" ||
+      chmod 644 "$archive" && mv "$archive" "$out/gpu-run.tar.gz" ||
       { echo "== could not write $out/gpu-run.tar.gz" | tee -a "$out/summary.txt"; rc=1; }
     echo "summary: $out/summary.txt; every log: $out/gpu-run.tar.gz"
   fi
