@@ -107,7 +107,10 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "the slot held until they die. CUDA frames: the release fence is queued on `stream` "
           "(DLPack numbering: 1 legacy default, 2 per-thread default, else a cudaStream_t) when "
           "given, else on the stream the frame was exported to (__dlpack__(stream)), else on "
-          "the legacy default stream.")
+          "the legacy default stream. After a __cuda_array_interface__ export that bound no "
+          "stream, a release without `stream` (and the end of a `with` block) raises "
+          "InvalidArgument: name the stream the consumer's last work ran on (1 for the legacy "
+          "default or a blocking stream).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](PyFrame& f, const py::args& exc) {
