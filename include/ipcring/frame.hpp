@@ -147,7 +147,9 @@ class Frame {
   // CUDA backend: make `stream` wait (on the GPU) until the producer's writes to this frame are
   // done; release(stream) queues this reader's release fence (a write of its fence word) on
   // `stream`, so the producer reuses the buffer only after the reader's queued kernels finished.
-  // Both are no-ops on the host backend.
+  // Both are no-ops on the host backend. wait_on returns Status::producer_gone when the frame's
+  // producer died or was replaced before its writes to the frame were known complete: release the
+  // frame unread (its bytes may be torn).
   [[nodiscard]] Status wait_on(CudaStream stream) noexcept;
   void release(CudaStream stream) noexcept;
 

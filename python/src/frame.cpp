@@ -107,19 +107,25 @@ read-only memory: writing through a DLPack tensor faults (DLPack 0.6 cannot mark
           "the slot held until they die. CUDA frames: the release fence is queued on `stream` "
           "(DLPack numbering: 1 legacy default, 2 per-thread default, else a cudaStream_t) when "
           "given, else on the stream the frame was exported to (__dlpack__(stream)), else on "
-          "the legacy default stream.")
+          "the legacy default stream. After a __cuda_array_interface__ export that bound no "
+          "stream, a release without `stream` (and the end of a `with` block) raises "
+          "InvalidArgument: name the stream the consumer's last work ran on (1 for the legacy "
+          "default or a blocking stream).")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
-           [](PyFrame& f, const py::args&) {
+           [](PyFrame& f, const py::args& exc) {
+             // Leaving the block normally is a release() without a stream, which a frame used
+             // through __cuda_array_interface__ refuses (say release(stream=...) inside the block).
+             if (!exc.empty() && exc[0].is_none()) set_frame_release_stream(f, py::none());
              f.hold.reset();
              return false;
            })
       .def(
           "__dlpack__",
-          [](const PyFrame& f, const py::object& stream, const py::object& /*max_version*/,
+          [](const PyFrame& f, const py::object& stream, const py::object& max_version,
              const py::object& dl_device, const py::object& copy) {
             check_dlpack_request(f.device, f.channel, dl_device, copy);
-            return frame_dlpack(f, stream);
+            return frame_dlpack(f, stream, max_version);
           },
           py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),

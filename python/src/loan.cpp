@@ -232,10 +232,10 @@ a view of the loan (memoryview, numpy array, tensor) is alive.
            })
       .def(
           "__dlpack__",
-          [](PyLoan& l, const py::object& stream, const py::object& /*max_version*/,
+          [](PyLoan& l, const py::object& stream, const py::object& max_version,
              const py::object& dl_device, const py::object& copy) {
             check_dlpack_request(l.device, l.channel, dl_device, copy);
-            return loan_dlpack(l, stream);
+            return loan_dlpack(l, stream, max_version);
           },
           py::arg("stream") = py::none(), py::kw_only(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),

@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "ipcring/ipcring.hpp"
 
@@ -87,13 +88,38 @@ struct FrameHold {
   // death of the last view): release the slot; on a CUDA channel the release fence is queued on
   // the stream the consumer used (release_stream), so the producer reuses the buffer only after
   // the consumer's queued GPU work on it, without a CPU sync. Host frames ignore the stream.
-  ~FrameHold() { frame.release(to_cuda_stream(release_stream.load(std::memory_order_acquire))); }
+  ~FrameHold() { frame.release(to_cuda_stream(stream_for_release())); }
+
+  // Binds the consumer's stream; 2 (the per-thread default stream) names the calling thread's.
+  void set_release_stream(std::uintptr_t s) noexcept {
+    release_stream.store(s, std::memory_order_relaxed);
+    if (s == 2) stream_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    release_stream_set.store(true, std::memory_order_release);
+  }
+  // The stream to fence on, resolved on the releasing thread. Stream 2 means the per-thread
+  // default stream of whoever calls CUDA with it, and the last reference may go on another thread
+  // (a DLPack deleter, the garbage collector): there it names that thread's stream, not the
+  // consumer's. So off the thread that named it, the fence goes on the legacy default stream
+  // instead, which the runtime orders after the work queued before it on every blocking stream of
+  // the context, the consumer's per-thread default stream included.
+  std::uintptr_t stream_for_release() const noexcept {
+    const std::uintptr_t s = release_stream.load(std::memory_order_acquire);
+    if (s == 2 && stream_thread.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+      return 1;
+    }
+    return s;
+  }
 
   Frame frame;
   // The consumer's stream (DLPack/CUDA array interface numbering; 1: legacy default). Set by the
-  // first export that names one, or by Frame.release(stream=...).
+  // first export that names one, or by Frame.release(stream=...) (set_release_stream).
   std::atomic<std::uintptr_t> release_stream{1};
   std::atomic<bool> release_stream_set{false};
+  std::atomic<std::thread::id> stream_thread{};  // the thread that named stream 2
+  // __cuda_array_interface__ was exported before any stream was bound: the dict said stream 1 by
+  // our choice, and its consumer may run on a stream the legacy one does not order (a
+  // non-blocking CuPy or Numba stream). Frame.release() then needs the consumer's stream.
+  std::atomic<bool> interface_unbound{false};
 };
 
 struct ReaderState {

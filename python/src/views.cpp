@@ -16,11 +16,34 @@ namespace {
 constexpr const char* kCapsuleName = "dltensor";
 constexpr const char* kUsedCapsuleName = "used_dltensor";
 
+// DLPack 1.0's versioned tensor (the ABI the DLPack specification fixes; Debian's dlpack.h is
+// 0.6 and lacks it): a version, a flags word (bit 0: read-only), then the same DLTensor. Its
+// capsule is "dltensor_versioned", renamed "used_dltensor_versioned" by the consumer.
+#ifndef DLPACK_FLAG_BITMASK_READ_ONLY
+struct DLPackVersion {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensorVersioned* self);
+  std::uint64_t flags;
+  DLTensor dl_tensor;
+};
+constexpr std::uint64_t DLPACK_FLAG_BITMASK_READ_ONLY = 1ULL << 0;
+#endif
+constexpr std::uint32_t kDlpackVersionedMajor = 1;
+constexpr std::uint32_t kDlpackVersionedMinor = 0;
+constexpr const char* kVersionedCapsuleName = "dltensor_versioned";
+constexpr const char* kUsedVersionedCapsuleName = "used_dltensor_versioned";
+
 // One DLPack export: the tensor, its shape and strides (DLTensor points at them), and the reference
 // that keeps the memory valid. Deleted by the consumer through DLManagedTensor::deleter, on any
 // thread, possibly without the GIL: nothing here touches Python.
 struct DlpackExport {
   DLManagedTensor managed{};
+  DLManagedTensorVersioned versioned{};  // used instead of `managed` for a versioned capsule
   std::int64_t shape[8] = {0};
   std::int64_t strides[8] = {1};
   std::shared_ptr<FrameHold> frame;  // frame exports: the slot stays held while the tensor lives
@@ -28,6 +51,9 @@ struct DlpackExport {
 };
 
 void dlpack_deleter(DLManagedTensor* self) {
+  delete static_cast<DlpackExport*>(self->manager_ctx);
+}
+void dlpack_versioned_deleter(DLManagedTensorVersioned* self) {
   delete static_cast<DlpackExport*>(self->manager_ctx);
 }
 
@@ -40,6 +66,22 @@ void capsule_destructor(PyObject* capsule) {
   PyObject* traceback = nullptr;
   PyErr_Fetch(&type, &value, &traceback);
   auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kCapsuleName));
+  if (managed == nullptr) {
+    PyErr_WriteUnraisable(capsule);
+  } else if (managed->deleter != nullptr) {
+    managed->deleter(managed);
+  }
+  PyErr_Restore(type, value, traceback);
+}
+
+void versioned_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kUsedVersionedCapsuleName)) return;
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  auto* managed =
+      static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersionedCapsuleName));
   if (managed == nullptr) {
     PyErr_WriteUnraisable(capsule);
   } else if (managed->deleter != nullptr) {
@@ -88,8 +130,7 @@ void bind_release_stream(FrameHold& h, std::uintptr_t s, const PyFrame& f, const
     }
     return;
   }
-  h.release_stream.store(s, std::memory_order_release);
-  h.release_stream_set.store(true, std::memory_order_release);
+  h.set_release_stream(s);
 }
 
 // Makes `s` wait (on the GPU) for the producer's write of the frame, and binds the release fence
@@ -98,6 +139,12 @@ void wait_for_write(const PyFrame& f, std::uintptr_t s, const char* what) {
   FrameHold& h = *f.hold;
   bind_release_stream(h, s, f, what);
   const Status st = h.frame.wait_on(to_cuda_stream(s));
+  if (st == Status::producer_gone) {
+    raise_status(st, channel_prefix(f.channel) + what + ": the producer of frame " +
+                         std::to_string(f.sequence) +
+                         " died or was replaced before its write of the frame was known complete; "
+                         "the frame is dropped (release it unread)");
+  }
   if (st != Status::ok) {
     raise_status(st, channel_prefix(f.channel) + what + ": making stream " + stream_text(s) +
                          " wait for the producer's write of frame " + std::to_string(f.sequence) +
@@ -138,9 +185,16 @@ std::string typestr(std::uint8_t code, std::uint8_t bits, const std::string& cha
 
 // A capsule of `bytes` bytes at `data`, typed by `tensor` when given (its byte offset is folded
 // into the data pointer, which older consumers such as torch 1.13 handle best), else 1-D uint8.
+// The capsule DLPack 1.0 consumers get: they say so with max_version >= (1, 0) (the array API's
+// __dlpack__(max_version=...)); older ones (None, or a 0.x version) get a DLPack 0.6 capsule.
+struct CapsuleKind {
+  bool versioned = false;
+  bool read_only = false;  // versioned only: DLPACK_FLAG_BITMASK_READ_ONLY (0.6 cannot say it)
+};
+
 py::object make_capsule(DlpackExport* e, std::byte* data, std::size_t bytes, const Device& device,
-                        const TensorDesc* tensor = nullptr) {
-  DLTensor& t = e->managed.dl_tensor;
+                        const TensorDesc* tensor = nullptr, CapsuleKind kind = {}) {
+  DLTensor& t = kind.versioned ? e->versioned.dl_tensor : e->managed.dl_tensor;
   t.device = to_dl(device);
   t.dtype.lanes = 1;
   if (tensor != nullptr) {
@@ -163,9 +217,18 @@ py::object make_capsule(DlpackExport* e, std::byte* data, std::size_t bytes, con
   t.shape = e->shape;
   t.strides = e->strides;
   t.byte_offset = 0;
-  e->managed.manager_ctx = e;
-  e->managed.deleter = &dlpack_deleter;
-  PyObject* capsule = PyCapsule_New(&e->managed, kCapsuleName, &capsule_destructor);
+  PyObject* capsule = nullptr;
+  if (kind.versioned) {
+    e->versioned.version = {kDlpackVersionedMajor, kDlpackVersionedMinor};
+    e->versioned.manager_ctx = e;
+    e->versioned.deleter = &dlpack_versioned_deleter;
+    e->versioned.flags = kind.read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+    capsule = PyCapsule_New(&e->versioned, kVersionedCapsuleName, &versioned_capsule_destructor);
+  } else {
+    e->managed.manager_ctx = e;
+    e->managed.deleter = &dlpack_deleter;
+    capsule = PyCapsule_New(&e->managed, kCapsuleName, &capsule_destructor);
+  }
   if (capsule == nullptr) {
     delete e;
     throw py::error_already_set();
@@ -299,7 +362,20 @@ void install_loan_buffer(py::handle loan_type) {
   procs->bf_releasebuffer = &noop_releasebuffer;
 }
 
-py::object frame_dlpack(const PyFrame& f, const py::object& stream) {
+// max_version of __dlpack__: None, or a (major, minor) tuple of ints.
+bool wants_versioned(const py::object& max_version, const std::string& channel) {
+  if (max_version.is_none()) return false;
+  if (!py::isinstance<py::tuple>(max_version) || py::len(max_version) != 2 ||
+      !py::isinstance<py::int_>(max_version[py::int_(0)]) ||
+      !py::isinstance<py::int_>(max_version[py::int_(1)])) {
+    raise_errc(Errc::invalid_argument, channel_prefix(channel) + "__dlpack__(max_version=" +
+                                           std::string(py::str(py::repr(max_version))) +
+                                           "): a (major, minor) tuple of ints, or None");
+  }
+  return max_version[py::int_(0)].cast<long long>() >= kDlpackVersionedMajor;
+}
+
+py::object frame_dlpack(const PyFrame& f, const py::object& stream, const py::object& max_version) {
   if (!f.hold) {
     raise_errc(Errc::invalid_argument, channel_prefix(f.channel) + "frame " +
                                            std::to_string(f.sequence) +
@@ -312,16 +388,20 @@ py::object frame_dlpack(const PyFrame& f, const py::object& stream) {
     // Before the capsule exists: the consumer's stream is ordered after the producer's write.
     if (s.sync) wait_for_write(f, s.value, "__dlpack__");
   }
+  const bool versioned = wants_versioned(max_version, f.channel);
   auto* e = new DlpackExport();
   e->frame = f.hold;
-  // DLPack 0.6 has no read-only flag: the consumer gets a mutable pointer. Python readers map the
-  // pool copy-on-write (ReaderOptions::copy_on_write), so a write changes this process's copy of
-  // the touched pages only, and the copies are discarded when the frame is released.
+  // A frame is read-only for every reader: a DLPack 1.0 consumer is told so
+  // (DLPACK_FLAG_BITMASK_READ_ONLY). DLPack 0.6 cannot say it, so an older consumer (torch 1.13,
+  // Debian 12's) gets a mutable pointer: on a host frame a write changes only this process's
+  // copy of the touched pages (Python readers map the pool copy-on-write, and the copies are
+  // discarded at release); on a CUDA frame nothing stops it, and an in-place operation changes
+  // the buffer every reader of the frame reads (docs/python.md).
   return make_capsule(e, const_cast<std::byte*>(f.data), f.size, f.device,
-                      f.tensor ? &*f.tensor : nullptr);
+                      f.tensor ? &*f.tensor : nullptr, CapsuleKind{versioned, true});
 }
 
-py::object loan_dlpack(PyLoan& l, const py::object& stream) {
+py::object loan_dlpack(PyLoan& l, const py::object& stream, const py::object& max_version) {
   if (!l.state) {
     raise_errc(Errc::invalid_argument, channel_prefix(l.channel) + "loan of sequence " +
                                            std::to_string(l.sequence) +
@@ -333,9 +413,10 @@ py::object loan_dlpack(PyLoan& l, const py::object& stream) {
     const StreamArg s = parse_stream(stream, l.channel, "__dlpack__");
     if (s.sync) set_write_stream(l, s.value);
   }
+  const bool versioned = wants_versioned(max_version, l.channel);
   auto* e = new DlpackExport();
   e->loan = std::make_unique<LoanExport>(l.state);
-  return make_capsule(e, l.data, l.capacity, l.device);
+  return make_capsule(e, l.data, l.capacity, l.device, nullptr, CapsuleKind{versioned, false});
 }
 
 py::object loan_dlpack_typed(PyLoan& l, const TensorDesc& tensor) {
@@ -422,9 +503,9 @@ py::dict frame_cuda_array_interface(const PyFrame& f) {
   }
   // The stream the frame is already used on, else the legacy default stream: the producer's write
   // is made visible on it before the dict is returned, and its `stream` key says which it is.
-  const std::uintptr_t s = f.hold->release_stream_set.load(std::memory_order_acquire)
-                               ? f.hold->release_stream.load(std::memory_order_acquire)
-                               : 1;
+  const bool bound = f.hold->release_stream_set.load(std::memory_order_acquire);
+  const std::uintptr_t s = bound ? f.hold->release_stream.load(std::memory_order_acquire) : 1;
+  if (!bound) f.hold->interface_unbound.store(true, std::memory_order_relaxed);
   wait_for_write(f, s, "__cuda_array_interface__");
   py::dict d;
   const auto ptr = reinterpret_cast<std::uintptr_t>(f.data);
@@ -459,13 +540,23 @@ void set_frame_release_stream(PyFrame& f, const py::object& stream) {
     if (!stream.is_none() && f.device.kind == DeviceKind::cpu) check_host_stream(stream, f.channel);
     return;
   }
-  if (stream.is_none()) return;  // keep the stream an export bound (else the legacy default)
+  if (stream.is_none()) {
+    if (f.hold->interface_unbound.load(std::memory_order_relaxed)) {
+      raise_errc(Errc::invalid_argument,
+                 channel_prefix(f.channel) + "release(): frame " + std::to_string(f.sequence) +
+                     " was exported through __cuda_array_interface__, whose consumer names no "
+                     "stream; a release fence on the legacy default stream does not follow work "
+                     "on a non-blocking stream (cupy.cuda.Stream(non_blocking=True)), so say "
+                     "where the last work on the frame ran: release(stream=<its cudaStream_t>), "
+                     "or release(stream=1) for the legacy default or a blocking stream");
+    }
+    return;  // keep the stream an export bound (else the legacy default)
+  }
   const StreamArg s = parse_stream(stream, f.channel, "release");
   if (!s.sync) return;
   // An explicit release stream overrides the one an export chose: the caller says where the last
   // work on the frame was queued.
-  f.hold->release_stream.store(s.value, std::memory_order_release);
-  f.hold->release_stream_set.store(true, std::memory_order_release);
+  f.hold->set_release_stream(s.value);
 }
 
 }  // namespace ipcring::python

@@ -61,8 +61,11 @@ struct LoanView {
 };
 
 // __dlpack__(stream) and __dlpack_device__().
-py::object frame_dlpack(const PyFrame& frame, const py::object& stream);
-py::object loan_dlpack(PyLoan& loan, const py::object& stream);
+// max_version >= (1, 0): a DLPack 1.0 versioned capsule ("dltensor_versioned"; frames are flagged
+// read-only); None or 0.x: a DLPack 0.6 capsule ("dltensor").
+py::object frame_dlpack(const PyFrame& frame, const py::object& stream,
+                        const py::object& max_version);
+py::object loan_dlpack(PyLoan& loan, const py::object& stream, const py::object& max_version);
 // A DLPack capsule of a loan typed as `tensor` (already checked against the capacity).
 py::object loan_dlpack_typed(PyLoan& loan, const TensorDesc& tensor);
 py::tuple dlpack_device(const Device& device);

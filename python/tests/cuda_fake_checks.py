@@ -96,6 +96,8 @@ _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def tensor_of(capsule):
@@ -182,8 +184,9 @@ def check_device_and_capsule(channel):
         except TypeError as e:
             assert channel in str(e) and "CUDA memory (device 0)" in str(e)
         del cap
-        # The array API's newer keywords: a DLPack 0.x capsule for any max_version; no copies.
-        cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0), dl_device=(2, 0), copy=False)
+        # The array API's newer keywords: max_version (1, 0) gets a versioned capsule (see
+        # check_dlpack_versioned_read_only), an older one a DLPack 0.6 capsule; no copies.
+        cap = f.__dlpack__(stream=LEGACY, max_version=(0, 8), dl_device=(2, 0), copy=False)
         assert tensor_of(cap).dl_tensor.data == f.address
         del cap
         for kwargs in ({"dl_device": (1, 0)}, {"copy": True}):
@@ -369,13 +372,130 @@ def check_cuda_array_interface(channel):
         # Once the frame is used on a stream, the dict names that one.
         f2_slot = publish(p)
         assert f2_slot is not None
-        f.release()
+        f.release(stream=LEGACY)  # the consumer above ran on the legacy stream
         g = r.read(timeout=1)
         s = stream(nonblocking=True)
         cap = g.__dlpack__(stream=s)
         assert g.__cuda_array_interface__["stream"] == s
         del cap
         g.release()
+
+
+def check_cuda_array_interface_needs_the_consumer_stream(channel):
+    """A __cuda_array_interface__ consumer names no stream, and one on a non-blocking stream is
+    not ordered before a fence on the legacy stream: release() without a stream is refused (and
+    so is leaving a `with` block), release(stream=s) fences after the consumer's kernel on s."""
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        slot = publish(p)
+        f = r.read(timeout=1)
+        assert f.__cuda_array_interface__["stream"] == LEGACY
+        s = stream(nonblocking=True)  # cupy.cuda.Stream(non_blocking=True), say
+        kernel = launch(s)
+        try:
+            f.release()
+            raise AssertionError("release() after a __cuda_array_interface__ export")
+        except ipcring.InvalidArgument as e:
+            assert channel in str(e) and "release(stream=" in str(e), str(e)
+        assert f.slot_held
+        f.release(stream=s)
+        assert not f.slot_held
+        assert not fenced_slot_is_reused(p, slot, 6), "reused under a running consumer kernel"
+        finish(kernel)
+        assert fenced_slot_is_reused(p, slot, 6)
+        publish(p)
+        try:
+            with r.read(timeout=1) as g:
+                g.__cuda_array_interface__
+            raise AssertionError("a with block left after a __cuda_array_interface__ export")
+        except ipcring.InvalidArgument as e:
+            assert "release(stream=" in str(e), str(e)
+        assert g.held
+        g.release(stream=LEGACY)
+
+
+def check_per_thread_stream_resolved_where_named(channel):
+    """stream=2 is the per-thread default stream of whichever thread uses it. The consumer's
+    kernel runs on this thread's; its tensor dies on another thread (a garbage collector's): the
+    fence queued there must still follow the kernel."""
+    import threading
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        slot = publish(p)
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(stream=2)
+        managed = consume(cap)
+        kernel = launch(2)  # this thread's per-thread default stream
+        del cap
+        f.release()  # the tensor still holds the slot
+        assert f.slot_held
+        t = threading.Thread(target=delete, args=(managed,))
+        t.start()
+        t.join()
+        assert not f.slot_held
+        assert not fenced_slot_is_reused(p, slot, 6), "reused under a running consumer kernel"
+        finish(kernel)
+        assert fenced_slot_is_reused(p, slot, 6)
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
+
+
+def check_dlpack_versioned_read_only(channel):
+    """A consumer that asks for DLPack 1.0 (max_version) gets a versioned capsule; frames are
+    flagged read-only (CUDA and host), loans are not; older consumers get a 0.6 capsule."""
+    with producer(channel) as p, ipcring.Reader(channel) as r:
+        publish(p, shape=(16, 256), dtype="uint8")
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(stream=LEGACY, max_version=(1, 0))
+        assert _api.PyCapsule_IsValid(cap, b"dltensor_versioned") == 1
+        v = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+        assert (v.version.major, v.version.minor) == (1, 0)
+        assert v.flags & READ_ONLY
+        assert v.dl_tensor.device.device_type == 2 and v.dl_tensor.ndim == 2
+        assert v.dl_tensor.data == f.address
+        old = f.__dlpack__(stream=LEGACY, max_version=(0, 8))
+        assert _api.PyCapsule_IsValid(old, b"dltensor") == 1
+        old2 = f.__dlpack__(stream=LEGACY)
+        assert _api.PyCapsule_IsValid(old2, b"dltensor") == 1
+        try:
+            f.__dlpack__(stream=LEGACY, max_version="1.0")
+            raise AssertionError("max_version of the wrong type")
+        except ipcring.InvalidArgument as e:
+            assert channel in str(e) and "max_version" in str(e)
+        del cap, old, old2
+        f.release()
+        loan = p.loan(timeout=0)
+        lc = loan.__dlpack__(stream=LEGACY, max_version=(1, 2))
+        lv = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(lc, b"dltensor_versioned"))
+        assert not lv.flags & READ_ONLY
+        del lc
+        loan.discard()
+    host = channel + "-h"
+    with ipcring.Producer(host, frame_bytes=64) as p, ipcring.Reader(host) as r:
+        p.send(b"x" * 64)
+        f = r.read(timeout=1)
+        cap = f.__dlpack__(max_version=(1, 0))
+        v = DLManagedTensorVersioned.from_address(
+            _api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+        assert v.flags & READ_ONLY and v.dl_tensor.device.device_type == 1
+        del cap
+        f.release()
 
 
 def check_stream_arguments(channel):

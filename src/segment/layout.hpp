@@ -74,7 +74,10 @@ inline constexpr std::uint32_t kLayoutVersion = 6;              // 2: head carri
 //    descriptor with it.
 // 6: the memory has no name: the control segment and the frame pool are two sealed memfds handed
 //    out over the channel's socket (frames_offset and object_bytes keep their values: the frame
-//    pool's memfd holds what was [frames_offset, object_bytes) of the one object).
+//    pool's memfd holds what was [frames_offset, object_bytes) of the one object); and two CUDA
+//    release fence words per (slot, reader entry), picked by a per-slot recorder epoch
+//    (CudaSlot::fence_epoch), so a dead reader's late fence write cannot lower its successor's
+//    word and no generation wrap makes an old word read as reached.
 inline constexpr std::uint32_t kEndianMark = 0x01020304U;
 
 inline constexpr std::uint32_t kMaxReaders = 32;  // one bit per reader in the slot state word
@@ -100,7 +103,10 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "64-bit atomics must be lock-free to work across process boundaries");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
               "32-bit atomics must be lock-free to work across process boundaries");
-static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<std::uint32_t>) == 4,
+static_assert(std::atomic<std::uint16_t>::is_always_lock_free,
+              "16-bit atomics must be lock-free to work across process boundaries");
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8 && sizeof(std::atomic<std::uint32_t>) == 4 &&
+                  sizeof(std::atomic<std::uint16_t>) == 2,
               "atomics must have the size of the value they hold (no embedded lock)");
 static_assert(sizeof(pthread_mutex_t) <= kMutexBytes, "pthread_mutex_t must fit its reserved slot");
 
@@ -356,7 +362,7 @@ struct TensorWord {
 };
 
 // CUDA state of one slot (backend == cuda): the IPC handles of its buffer and write-done event,
-// and one release fence word per reader entry (src/backend/cuda/cuda_fence.hpp, docs/cuda.md).
+// and two release fence words per reader entry (src/backend/cuda/cuda_fence.hpp, docs/cuda.md).
 // The control segment is host-registered (cudaHostRegister) by the producer and by every reader,
 // so streams read and write the fence words in place.
 struct alignas(kLine) CudaSlot {
@@ -366,15 +372,19 @@ struct alignas(kLine) CudaSlot {
   std::atomic<std::uint64_t> memory_generation;  // producer instance that exported the handles
   std::atomic<std::uint32_t> release_recorded;   // bit i: reader i queued its fence write
   std::uint32_t reserved0;
+  // Per reader entry, the recorder epoch of its last fence in this slot (cuda_fence.hpp): counts
+  // the entry's incarnations that recorded here, and picks the word of the pair they write.
+  std::atomic<std::uint16_t> fence_epoch[kMaxReaders];
   alignas(kLine)
       // Line 3: per reader entry, the lease generation of the reader that queued the fence write
-      // counted in release_recorded (low 32 bits; the fence word keeps 16 of them).
+      // counted in release_recorded (low 32 bits): who the last recorder is, for the reaper.
       std::atomic<std::uint32_t> fence_generation[kMaxReaders];
   alignas(kLine)
-      // Lines 4-5: FenceWord (entry generation, frame sequence) per reader entry, written by that
-      // reader's stream (cuStreamWriteValue64) and by whoever reaps it (CPU), waited on by the
-      // producer's stream (cuStreamWaitValue64) or polled by its CPU.
-      std::atomic<std::uint64_t> release_fence[kMaxReaders];
+      // Lines 4-7: FenceWord (recorder epoch, frame sequence) per reader entry, two words each
+      // (epoch e writes release_fence[e & 1]): written by that reader's stream
+      // (cuStreamWriteValue64) and by whoever reaps it (CPU), waited on by the producer's stream
+      // (cuStreamWaitValue64) or polled by its CPU.
+      std::atomic<std::uint64_t> release_fence[2][kMaxReaders];
 };
 
 // Layout pins. A change to any of these is an ABI change: bump kLayoutVersion.
@@ -410,8 +420,9 @@ static_assert(sizeof(FrameHeader) == 256);
 static_assert(offsetof(FrameHeader, metadata_bytes) == 32);
 static_assert(offsetof(FrameHeader, shape) == 64);
 static_assert(offsetof(FrameHeader, strides) == 128);
-static_assert(sizeof(CudaSlot) == 640);
+static_assert(sizeof(CudaSlot) == 896);
 static_assert(offsetof(CudaSlot, memory_generation) == kLine);
+static_assert(offsetof(CudaSlot, fence_epoch) == kLine + 16);
 static_assert(offsetof(CudaSlot, fence_generation) == 2 * kLine);
 static_assert(offsetof(CudaSlot, release_fence) == 3 * kLine);
 

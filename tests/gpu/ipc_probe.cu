@@ -8,12 +8,16 @@
 //                        PASS/FAIL for facts the design relies on, ANSWER for the behaviour of
 //                        things it avoids (recorded, not judged). Exit 0: every relied-on fact
 //                        holds; 1: one does not (or the driver is too old); 77: no GPU here.
+//   ipc_probe <check>... runs only the named checks (event_record, shm_fence, open_twice,
+//                        close_in_flight, free_while_mapped, write_after_kill, event_killed)
 //   ipc_probe --importer <check> <fd-in> <fd-out>    (internal) the second process
 //
 // Each check is bounded (a few seconds); a wait that does not end is reported, never waited out.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -235,6 +239,31 @@ int importer(const std::string& check, int in, int out) {
     (void)cudaIpcCloseMemHandle(p);
     answer('k');
     return 0;
+  }
+  if (check == "write_after_kill") {
+    // Holds a robust mutex in the shared page (as a reader holds its lease), queues a 2 s kernel
+    // and behind it a stream write of the word, then waits to be SIGKILLed.
+    char name[64] = {};
+    if (!recv_all(in, name, sizeof name)) return 2;
+    const int fd = shm_open(name, O_RDWR, 0600);
+    if (fd < 0) return answer('x'), 1;
+    void* base = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) return answer('x'), 1;
+    auto* lease = reinterpret_cast<pthread_mutex_t*>(static_cast<char*>(base) + 64);
+    if (pthread_mutex_lock(lease) != 0) return answer('x'), 1;
+    if (cudaHostRegister(base, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable) !=
+        cudaSuccess)
+      return answer('x'), 1;
+    void* dptr = nullptr;
+    if (cudaHostGetDevicePointer(&dptr, base, 0) != cudaSuccess || write_value64 == nullptr)
+      return answer('x'), 1;
+    spin_kernel<<<1, 1, 0, s>>>(2'000'000'000ULL, nullptr, nullptr);
+    if (write_value64(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(dptr), 0x600dULL,
+                      CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+      return answer('x'), 1;
+    answer('k');
+    for (;;) pause();
   }
   if (check == "shm_fence") {
     char name[64] = {};
@@ -459,6 +488,91 @@ void check_shm_fence() {
   shm_unlink(name);
 }
 
+// Item 1 of docs/cuda.md's second review: can a SIGKILLed process's queued stream write still land
+// after its robust mutexes were released (its lease reads dead and may be handed over)? Timeline
+// from the kill: when the robust mutex reads owner-dead (EOWNERDEAD), when waitpid returns, when
+// (if ever, within 5 s) the word holds the queued value.
+void check_write_after_kill() {
+  char name[64];
+  std::snprintf(name, sizeof name, "/ipc_probe.wak.%d", static_cast<int>(getpid()));
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) {
+    report("write_after_kill", "FAIL", "shm_open failed");
+    return;
+  }
+  void* base = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    report("write_after_kill", "FAIL", "mmap failed");
+    shm_unlink(name);
+    return;
+  }
+  auto* word = static_cast<std::uint64_t*>(base);
+  auto* lease = reinterpret_cast<pthread_mutex_t*>(static_cast<char*>(base) + 64);
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(lease, &a);
+  pthread_mutexattr_destroy(&a);
+  __atomic_store_n(word, 0, __ATOMIC_RELEASE);
+  Importer im = spawn("write_after_kill");
+  send_all(im.to, name, sizeof name);
+  char ok = 0;
+  if (!recv_all(im.from, &ok, 1) || ok != 'k') {
+    report("write_after_kill", "FAIL", "the importer could not lock, register or queue the write");
+    reap(im, true);
+    shm_unlink(name);
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its kernel is running
+  const auto t = Clock::now();
+  kill(im.pid, SIGKILL);
+  double owner_dead = -1;
+  double exited = -1;
+  double landed = -1;
+  int status = 0;
+  while (ms_since(t) < 5000 && (landed < 0 || exited < 0 || owner_dead < 0)) {
+    if (owner_dead < 0) {
+      const int r = pthread_mutex_trylock(lease);
+      if (r == EOWNERDEAD) {
+        owner_dead = ms_since(t);
+        pthread_mutex_consistent(lease);
+        pthread_mutex_unlock(lease);
+      } else if (r == 0) {
+        pthread_mutex_unlock(lease);
+      }
+    }
+    if (exited < 0 && waitpid(im.pid, &status, WNOHANG) == im.pid) exited = ms_since(t);
+    if (landed < 0 && __atomic_load_n(word, __ATOMIC_ACQUIRE) == 0x600dULL) landed = ms_since(t);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  if (exited < 0) {
+    kill(im.pid, SIGKILL);
+    waitpid(im.pid, &status, 0);
+  }
+  close(im.to);
+  close(im.from);
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "SIGKILL with a stream write queued behind a 2 s kernel: the robust mutex read "
+                "owner-dead after %.1f ms, waitpid returned after %.1f ms; the queued write %s "
+                "(%.1f ms)%s",
+                owner_dead, exited, landed >= 0 ? "landed" : "never landed within 5 s", landed,
+                landed >= 0 && landed > owner_dead ? ": AFTER the lease read dead" : "");
+  report("write_after_kill", "ANSWER", buf);
+  munmap(base, 4096);
+  shm_unlink(name);
+}
+
+bool wanted(int argc, char** argv, const char* check) {
+  if (argc < 2) return true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], check) == 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -486,12 +600,13 @@ int main(int argc, char** argv) {
   OK(cudaSetDevice(0));
   load_driver_entry_points();
   std::printf("ipc_probe: driver %d, runtime %d, %d device(s)\n", driver, runtime, devices);
-  check_event_record();
-  check_shm_fence();
-  check_memory("open_twice");
-  check_memory("close_in_flight");
-  check_memory("free_while_mapped");
-  check_event_killed();  // last: it may leave a stream stuck
+  if (wanted(argc, argv, "event_record")) check_event_record();
+  if (wanted(argc, argv, "shm_fence")) check_shm_fence();
+  if (wanted(argc, argv, "open_twice")) check_memory("open_twice");
+  if (wanted(argc, argv, "close_in_flight")) check_memory("close_in_flight");
+  if (wanted(argc, argv, "free_while_mapped")) check_memory("free_while_mapped");
+  if (wanted(argc, argv, "write_after_kill")) check_write_after_kill();
+  if (wanted(argc, argv, "event_killed")) check_event_killed();  // last: may leave a stream stuck
   std::printf("ipc_probe: %s\n", failures == 0
                                      ? "PASS (every relied-on fact holds)"
                                      : "FAIL (a fact the design relies on does not hold)");

@@ -10,7 +10,9 @@
 #
 # Prints the environment (driver, runtime, devices, compute mode, MIG), ipc_probe's answers, every
 # test's result and the latency figures, to stdout and, with --out, to DIR/run.log (plus one log per
-# test). One global timeout (IPCRING_GPU_TIMEOUT, default 400 s, at most 420) and a timeout per
+# test); with --out it then writes DIR/summary.txt (one screen: the result and its reasons, driver
+# and device facts, PASS/FAIL/ANSWER per probe and test, the latency lines) and
+# DIR/gpu-run.tar.gz (every log), whatever the outcome, 77 included. One global timeout (IPCRING_GPU_TIMEOUT, default 400 s, at most 420) and a timeout per
 # test. Exit 0: all passed; 77: no GPU here (the reason is printed; nothing was verified on a GPU);
 # 1: a failure, including a driver too old for this build's CUDA runtime.
 set -uo pipefail
@@ -59,6 +61,28 @@ if [[ $prepare -eq 1 ]]; then
   exit 0
 fi
 
+# The one-screen summary of a run, from DIR/run.log: what the result was and why, the driver and
+# device facts, one line per probe answer and per test, the latency figures.
+write_summary() {
+  local rc=$1 log=$out/run.log what
+  case $rc in
+    0) what="PASSED" ;;
+    77) what="SKIPPED (77): nothing was verified on a GPU" ;;
+    *) what="FAILED (exit $rc)" ;;
+  esac
+  echo "ipcring GPU run, $(date -u +%Y-%m-%dT%H:%M:%SZ): $what"
+  grep -E '^== (result|FAILED)' "$log" | sed 's/^== /  /'
+  echo "-- driver and devices"
+  grep -E '^(NVRM version|CUDA_VISIBLE_DEVICES=|GPU [0-9]+: |[0-9]+, .*GPU-|device [0-9]+:|  attributes|ipc_probe: driver|nvidia-smi: )' \
+    "$log" | head -n 16 | sed 's/^/  /'
+  echo "-- ipc_probe"
+  grep -E '^ipc_probe: ' "$log" | sed 's/^/  /' | cut -c1-200
+  echo "-- tests"
+  grep -E '^[a-z_]+ +(PASS|FAIL|SKIP)' "$log" | sed 's/^/  /'
+  echo "-- latency"
+  grep -E 'latency \(' "$log" | head -n 4 | sed 's/^/  /' | cut -c1-200
+}
+
 # ---- the run, under one global timeout ---------------------------------------------------------
 budget=${IPCRING_GPU_TIMEOUT:-400}
 (( budget > 420 )) && budget=420
@@ -81,6 +105,16 @@ if [[ "${IPCRING_GPU_RUN_INNER:-0}" != 1 ]]; then
     echo "$msg"
     [[ -n $out ]] && echo "$msg" >>"$out/run.log"
     rc=1
+  fi
+  if [[ -n $out ]]; then
+    write_summary "$rc" >"$out/summary.txt"
+    # Made outside DIR (an archive growing inside the directory it reads makes tar fail), then
+    # moved in.
+    archive=$(mktemp "${TMPDIR:-/tmp}/gpu-run.XXXXXX") &&
+      tar -czf "$archive" -C "$out" --exclude=./gpu-run.tar.gz . &&
+      chmod 644 "$archive" && mv "$archive" "$out/gpu-run.tar.gz" ||
+      { echo "== could not write $out/gpu-run.tar.gz" | tee -a "$out/summary.txt"; rc=1; }
+    echo "summary: $out/summary.txt; every log: $out/gpu-run.tar.gz"
   fi
   exit "$rc"
 fi
@@ -123,7 +157,7 @@ timeout -k 5 60 "$bin" --probe
 probe_rc=$?
 cases=(roundtrip slow_fill slow_reader_stream slow_reader_plain legacy_stream
        two_readers_one_process takeover uuid_visible neg_wait_on neg_release_fence reader_killed_plain
-       reader_killed_stream peer_reader visible_devices latency)
+       reader_killed_stream reader_killed_successor peer_reader visible_devices latency)
 if [[ $probe_rc -eq 77 ]]; then
   section "CUDA pool logic on the CPU (fake CUDA)"
   if [[ -x $unit ]]; then
@@ -146,6 +180,7 @@ if [[ $probe_rc -eq 77 ]]; then
   run_python_check
   prc=$?
   tail -n 1 "$logdir/python_cuda_frames.log"
+  printf '%-24s %s\n' python_cuda_frames "$( [[ $prc -eq 77 ]] && echo SKIP || echo "FAIL (exit $prc)")"
   [[ $prc -eq 77 ]] || { cat "$logdir/python_cuda_frames.log"; section "result: FAILED: python_cuda_frames.py did not skip"; exit 1; }
   section "result: SKIPPED (exit 77): no usable GPU on this machine ($(head -n1 "$logdir/gpu_roundtrip.log" | sed 's/^SKIPPED: //')); nothing was verified on a GPU"
   exit 77

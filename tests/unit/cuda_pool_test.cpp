@@ -396,6 +396,21 @@ TEST_SUITE("cuda") {
       CHECK(contains(msg, "integrated"));
       CHECK(contains(msg, "Backend::host"));
     }
+    SUBCASE("a GPU in compute mode prohibited or exclusive-process") {
+      for (const int mode : {2, 3}) {
+        auto dev = FakeGpuWorld::device(0xa1);
+        dev.compute_mode = mode;
+        auto world = FakeGpuWorld::make({dev});
+        auto prod = world->process();
+        const std::string msg = error_of([&] { make_producer(prod, ch, cuda_config()); }, code);
+        INFO(msg);
+        CHECK(code == Errc::unsupported);
+        CHECK(contains(msg, mode == 2 ? "compute mode prohibited" : "exclusive-process"));
+        CHECK(contains(msg, "nvidia-smi -c DEFAULT"));
+        CHECK(contains(msg, ch.name().c_str()));
+        CHECK(prod->calls(FakeOp::malloc) == 0);  // refused before anything was allocated
+      }
+    }
     SUBCASE("IPC not supported where the probe did not tell") {
       auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
       auto prod = world->process();
@@ -779,22 +794,28 @@ TEST_SUITE("cuda") {
     for (std::uint32_t i = 0; i < 3; ++i) {
       seg.view.cuda_slot(i).release_recorded.store(0b111, std::memory_order_relaxed);
       seg.view.cuda_slot(i).fence_generation[1].store(7, std::memory_order_relaxed);
-      seg.view.cuda_slot(i).release_fence[1].store(FenceWord::make(7, 10 + i));
+      seg.view.cuda_slot(i).fence_epoch[1].store(3, std::memory_order_relaxed);
+      seg.view.cuda_slot(i).release_fence[1][1].store(FenceWord::make(3, 10 + i));
+      seg.view.cuda_slot(i).release_fence[0][1].store(FenceWord::make(2, 50));
     }
     // Slot 2's last fence of entry 1 is an earlier incarnation's (it detached with its kernel
     // still running): the hook must leave it to that process.
     seg.view.cuda_slot(2).fence_generation[1].store(5, std::memory_order_relaxed);
-    seg.view.cuda_slot(2).release_fence[1].store(FenceWord::make(5, 3));
+    seg.view.cuda_slot(2).fence_epoch[1].store(2, std::memory_order_relaxed);
+    seg.view.cuda_slot(2).release_fence[0][1].store(FenceWord::make(2, 3));
     detail::reader_fences_reaped(seg.view, 1, 7);
     for (std::uint32_t i = 0; i < 2; ++i) {
       CHECK(seg.fences(i) == 0b101);
-      CHECK(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
-                               FenceWord::make(7, 1ULL << 47)));
-      CHECK_FALSE(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1].load(),
-                                     FenceWord::make(9, 1)));  // a successor's are its own
+      CHECK(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1][1].load(),
+                               FenceWord::make(3, 1ULL << 47)));
+      CHECK_FALSE(FenceWord::reached(seg.view.cuda_slot(i).release_fence[1][1].load(),
+                                     FenceWord::make(5, 1)));  // a successor's are its own
+      // The other word of the pair (the recorder before it) is left as it was.
+      CHECK(seg.view.cuda_slot(i).release_fence[0][1].load() == FenceWord::make(2, 50));
     }
     CHECK(seg.fences(2) == 0b111);
-    CHECK(seg.view.cuda_slot(2).release_fence[1].load() == FenceWord::make(5, 3));
+    CHECK(seg.view.cuda_slot(2).release_fence[0][1].load() == FenceWord::make(2, 3));
+    CHECK(seg.view.cuda_slot(2).release_fence[1][1].load() == FenceWord::make(3, 12));
     // The ring's reaper step itself no longer knows CUDA.
     detail::clear_reader_bits(seg.view, 0);
     CHECK(seg.fences(0) == 0b101);
@@ -897,6 +918,203 @@ TEST_SUITE("cuda") {
     CHECK(world->hangs() == 0);
   }
 
+  TEST_CASE(
+      "cuda: a dead reader's fence write that lands after its successor's release lowers "
+      "nothing") {
+    // A dying process releases its robust futexes (its lease reads dead, so it is reaped and its
+    // entry handed over) before its device files close: its context may still perform a queued
+    // fence write after its successor released the same slot.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 2);
+    auto prod = world->process();
+    REQUIRE(prod->set_device(0) == CudaErr::success);
+    seg.producer(1, 0x6161);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+
+    auto dead = world->process();
+    REQUIRE(dead->set_device(0) == CudaErr::success);  // a reader thread with its context
+    seg.reader_alive(1, 3);
+    auto d = detail::make_cuda_reader_pool(seg.request(false), dead);
+    d->attached(1);
+    REQUIRE(d->buffer(0, 1, 0x6161) != nullptr);
+    CudaStream ds = dead->make_stream(true);
+    (void)dead->launch(ds);
+    d->release_fence(0, 1, ds);
+    dead->kill_leaving_writes();
+    seg.reader_dies(1);
+    CHECK(detail::reap_dead_readers(seg.view) == 1);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);  // the reaper completed its fence
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(2);
+
+    // The successor takes the entry, reads frame 2 of the same slot and releases it; its kernel
+    // ends and its fence lands. Then the dead context's queued write lands.
+    auto next = world->process();
+    REQUIRE(next->set_device(0) == CudaErr::success);
+    seg.reader_alive(1, 5);
+    auto n = detail::make_cuda_reader_pool(seg.request(false), next);
+    n->attached(1);
+    REQUIRE(n->buffer(0, 1, 0x6161) != nullptr);
+    CudaStream ns = next->make_stream(true);
+    const std::uint64_t kernel = next->launch(ns);
+    n->release_fence(0, 1, ns);
+    next->finish(kernel);
+    CHECK(dead->land_late_writes() == 1);
+
+    SUBCASE("plain loan(): the slot is free again") {
+      CHECK(pool->prepare_write(0, nullptr) == Status::ok);
+    }
+    SUBCASE("loan(stream): the producer's GPU wait ends") {
+      CudaStream ps = prod->make_stream();
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      const std::uint64_t writer = prod->launch(ps, false);
+      CHECK(eventually([&] { return prod->done(writer); }, 500ms));
+    }
+    CHECK(world->unregistered_writes() == 0);
+    d.reset();
+    n.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE(
+      "cuda: 70000 attach/detach cycles of one entry never make an old fence read as "
+      "reached") {
+    // The lease generation moves on every attach and detach; a fence word written by an
+    // incarnation that many cycles ago must still read "not reached" for a new recorder's target
+    // (the gaps below are those at which a 16-bit cyclic generation would read "reached").
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(1, 1);
+    auto prod = world->process();
+    REQUIRE(prod->set_device(0) == CudaErr::success);
+    seg.producer(1, 0x7070);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    CudaStream ps = prod->make_stream();
+    auto rdr = world->process();
+    REQUIRE(rdr->set_device(0) == CudaErr::success);
+    CudaStream rs = rdr->make_stream(true);
+    const std::set<std::uint64_t> record_at = {1, 1 + 32768, 1 + 32768 + 40000,
+                                               1 + 32768 + 40000 + 65534};
+    std::uint64_t seq = 0;
+    int recorded = 0;
+    for (std::uint64_t cycle = 0; cycle < 70000; ++cycle) {
+      const std::uint64_t gen = 2 * cycle + 1;  // attach: +1, detach: +1
+      seg.reader_alive(0, gen);
+      auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+      reader->attached(0);
+      if (record_at.count(gen) != 0) {
+        REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+        REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+        seg.view.slot(0).sequence.store(++seq);
+        REQUIRE(reader->buffer(0, 1, 0x7070) != nullptr);
+        const std::uint64_t kernel = rdr->launch(rs);
+        reader->release_fence(0, 0, rs);
+        INFO("recorded at lease generation " << gen);
+        CHECK(pool->prepare_write(0, nullptr) == Status::no_free_slot);
+        REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+        const std::uint64_t writer = prod->launch(ps, false);
+        CHECK_FALSE(prod->done(writer));  // behind the reader's kernel
+        rdr->finish(kernel);
+        CHECK(prod->done(writer));
+        ++recorded;
+      }
+      reader.reset();  // detach
+    }
+    CHECK(recorded == 4);
+    CHECK(rdr->calls(FakeOp::get_device_count) >= 70000);  // every cycle built a reader pool
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: a frame whose producer died with its writes queued is dropped by wait_on") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x3131);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    CudaStream ps = prod->make_stream();
+    const std::uint64_t fill = prod->launch(ps);  // the producer's fill, still queued
+    REQUIRE(pool->before_publish(0, ps) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(0, 1, 0x3131) != nullptr);
+    CudaStream rs = rdr->make_stream(true);
+
+    SUBCASE("a live producer: the reader's stream waits for the fill") {
+      REQUIRE(reader->wait_on(0, rs) == Status::ok);
+      const std::uint64_t kernel = rdr->launch(rs, false);
+      CHECK_FALSE(rdr->done(kernel));
+      prod->finish(fill);
+      CHECK(rdr->done(kernel));
+    }
+    SUBCASE("a producer that closed: its event is still there, and still waited for") {
+      seg.view.producer().lease_word.store(detail::LeaseWord::make(1, detail::LeaseState::closed));
+      REQUIRE(reader->wait_on(0, rs) == Status::ok);
+      const std::uint64_t kernel = rdr->launch(rs, false);
+      CHECK_FALSE(rdr->done(kernel));
+      prod->finish(fill);
+      CHECK(rdr->done(kernel));
+    }
+    SUBCASE("a producer killed mid-fill and taken over: the frame is dropped, not read") {
+      prod->kill();
+      seg.producer(2, 0x3232);
+      CHECK(reader->wait_on(0, rs) == Status::producer_gone);
+      CHECK(reader->wait_on(0, nullptr) == Status::producer_gone);
+    }
+    reader->release_fence(0, 0, rs);
+    reader.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: calls on a caller's stream from a thread without a context bind none") {
+    // A garbage collector's thread, say, releases a frame with the stream it was used on.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), FakeGpuWorld::device(0xb2)});
+    TestSegment seg(3, 1);
+    auto prod = world->process();
+    REQUIRE(prod->set_device(1) == CudaErr::success);
+    seg.producer(1, 0x4141);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true, 1), prod);
+    CudaStream ps = prod->make_stream();  // on device 1
+    auto rdr = world->process();
+    REQUIRE(rdr->set_device(1) == CudaErr::success);
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    CudaStream rs = rdr->make_stream(true);  // on device 1
+    const int inits = world->implicit_inits();
+    std::uint64_t kernel = 0;
+    std::thread([&] {
+      CHECK(prod->current_device() == -1);
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);
+      REQUIRE(pool->before_publish(0, ps) == Status::ok);
+      seg.view.slot(0).sequence.store(1);
+      REQUIRE(reader->buffer(0, 1, 0x4141) != nullptr);
+      CHECK(reader->wait_on(0, rs) == Status::ok);
+      kernel = rdr->launch(rs);
+      reader->release_fence(0, 0, rs);
+      CHECK(seg.fences(0) == 0b1);                        // a GPU fence, not a CPU synchronisation
+      REQUIRE(pool->prepare_write(0, ps) == Status::ok);  // a GPU wait on it
+      CHECK(prod->current_device() == -1);
+      CHECK(rdr->current_device() == -1);
+    }).join();
+    CHECK(world->implicit_inits() == inits);
+    CHECK(rdr->calls(FakeOp::stream_synchronize) == 0);
+    CHECK(prod->calls(FakeOp::stream_wait_value64) == 1);
+    CHECK_FALSE(rdr->done(kernel));  // nothing synchronised it
+    rdr->finish(kernel);
+    reader.reset();
+    pool.reset();
+    CHECK(world->hangs() == 0);
+  }
+
   TEST_CASE("cuda: negative control: IPCRING_CUDA_TEST_BREAK=release_fence loses the ordering") {
     auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
     TestSegment seg(2, 1);
@@ -958,6 +1176,36 @@ TEST_SUITE("cuda") {
     CHECK(world->use_after_destroy() == 0);
     rdr->finish(kernel);
     CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda: a reader never destroys its copy of an event its exporter destroyed") {
+    // cudaIpcOpenEventHandle: operations on the imported event after the exporter's
+    // cudaEventDestroy are undefined. A producer that closes first destroys its events once no
+    // reader holds the slot; a reader that detaches later must leave its copy alone.
+    ScopedChannel ch("cuda-evorder");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::optional<Producer> p(make_producer(prod, ch, cuda_config(2, 1)));
+    std::optional<Reader> r(attach(rdr, ch));
+    publish_pattern(*p);
+    {
+      auto f = r->try_read();
+      REQUIRE(f);
+      REQUIRE(f->wait_on(nullptr) == Status::ok);  // the reader imported the slot's event
+    }
+    SUBCASE("the producer closes first") {
+      p.reset();
+      r.reset();
+      CHECK(world->use_after_destroy() == 0);
+    }
+    SUBCASE("the reader detaches first: its copy is destroyed, not leaked") {
+      const int before = rdr->calls(FakeOp::destroy_event);
+      r.reset();
+      CHECK(rdr->calls(FakeOp::destroy_event) == before + 1);
+      p.reset();
+      CHECK(world->use_after_destroy() == 0);
+    }
   }
 
   TEST_CASE("cuda: a producer closing after its readers finished frees everything at once") {

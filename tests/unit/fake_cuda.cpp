@@ -283,6 +283,9 @@ CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value
     case detail::CudaAttr::stream_mem_ops_64:
       value = d.stream_mem_ops ? 1 : 0;
       break;
+    case detail::CudaAttr::compute_mode:
+      value = d.compute_mode;
+      break;
   }
   return CudaErr::success;
 }
@@ -409,13 +412,18 @@ CudaErr FakeCuda::destroy_event(CudaEvent event) noexcept {
   if (it == world_->handles_.end() || it->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
   }
-  if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;
+  auto& ev = world_->events_.at(it->second.event);
+  // cudaIpcOpenEventHandle: "Performing operations on the imported event after the exported event
+  // has been freed with cudaEventDestroy will result in undefined behavior" (destroying included).
+  if (it->second.imported && ev.destroyed) ++world_->use_after_destroy_;
+  if (!it->second.imported) ev.destroyed = true;
   world_->handles_.erase(it);
   return CudaErr::success;
 }
 
 CudaErr FakeCuda::record_event(CudaEvent event, CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::record_event);
+  if (stream != nullptr) (void)cur();  // the runtime needs a context even for a given stream
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -527,6 +535,7 @@ CudaErr FakeCuda::destroy_stream(CudaStream stream) noexcept {
 
 CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept {
   FAKE_ENTER(FakeOp::stream_wait_event);
+  if (stream != nullptr) (void)cur();
   auto h = world_->handles_.find(from_event(event));
   if (h == world_->handles_.end() || h->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -550,7 +559,9 @@ CudaErr FakeCuda::stream_wait_event(CudaStream stream, CudaEvent event) noexcept
 
 CudaErr FakeCuda::stream_synchronize(CudaStream stream) noexcept {
   FAKE_ENTER(FakeOp::stream_synchronize);
-  const std::uint64_t sid = stream == nullptr ? legacy(nullptr) : from_stream(stream);
+  if (stream != nullptr) (void)cur();
+  const std::uint64_t sid =
+      stream == nullptr || stream == kPerThreadStream ? legacy(stream) : from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) {
     return ret(CudaErr::invalid_resource_handle);
@@ -573,6 +584,7 @@ int FakeCuda::cur() {
 
 std::uint64_t FakeCuda::legacy(CudaStream stream) {
   if (stream == nullptr) return world_->legacy_stream(id_, world_device(cur()));
+  if (stream == kPerThreadStream) return per_thread_stream(cur());
   const std::uint64_t sid = from_stream(stream);
   auto s = world_->streams_.find(sid);
   if (s == world_->streams_.end() || s->second.process != id_) return 0;
@@ -640,6 +652,7 @@ CudaErr FakeCuda::host_device_pointer(void** device_ptr, void* host_ptr) noexcep
 CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,
                                        std::uint64_t value) noexcept {
   FAKE_ENTER(FakeOp::stream_write_value64);
+  if (ctx_.count(std::this_thread::get_id()) == 0) return ret(CudaErr::device_uninitialized);
   const std::uint64_t sid = legacy(stream);
   if (sid == 0) return ret(CudaErr::invalid_resource_handle);
   if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);
@@ -655,6 +668,7 @@ CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,
 CudaErr FakeCuda::stream_wait_value64(CudaStream stream, void* device_ptr,
                                       std::uint64_t value) noexcept {
   FAKE_ENTER(FakeOp::stream_wait_value64);
+  if (ctx_.count(std::this_thread::get_id()) == 0) return ret(CudaErr::device_uninitialized);
   const std::uint64_t sid = legacy(stream);
   if (sid == 0) return ret(CudaErr::invalid_resource_handle);
   if (!world_->registered(id_, device_ptr, 8)) return ret(CudaErr::invalid_value);
@@ -718,6 +732,19 @@ const char* FakeCuda::error_name(CudaErr err) noexcept {
 
 // ---- test controls ---------------------------------------------------------------------------
 
+std::uint64_t FakeCuda::per_thread_stream(int ordinal) {
+  const auto key = std::make_pair(std::this_thread::get_id(), ordinal);
+  auto it = per_thread_.find(key);
+  if (it != per_thread_.end()) return it->second;
+  const std::uint64_t id = world_->next_id_++;
+  FakeGpuWorld::Stream s;  // a blocking stream: ordered with the legacy stream both ways
+  s.process = id_;
+  s.device = world_device(ordinal);
+  world_->streams_[id] = std::move(s);
+  per_thread_[key] = id;
+  return id;
+}
+
 CudaStream FakeCuda::make_stream(bool nonblocking) {
   std::lock_guard lock(world_->mutex_);
   const std::uint64_t id = world_->next_id_++;
@@ -734,8 +761,9 @@ std::uint64_t FakeCuda::launch(CudaStream stream, bool held) {
   std::lock_guard lock(world_->mutex_);
   auto c = ctx_.find(std::this_thread::get_id());
   const int ordinal = c == ctx_.end() ? 0 : c->second.ordinal;
-  const std::uint64_t sid =
-      stream == nullptr ? world_->legacy_stream(id_, world_device(ordinal)) : from_stream(stream);
+  const std::uint64_t sid = stream == nullptr ? world_->legacy_stream(id_, world_device(ordinal))
+                            : stream == kPerThreadStream ? per_thread_stream(ordinal)
+                                                         : from_stream(stream);
   FakeGpuWorld::Op op;
   op.kind = FakeGpuWorld::Op::Kind::work;
   op.held = held;
@@ -754,9 +782,40 @@ bool FakeCuda::done(std::uint64_t work) const {
   return world_->ops_.at(work).done;
 }
 
+void FakeCuda::kill_leaving_writes() {
+  std::lock_guard lock(world_->mutex_);
+  world_->dead_.insert(id_);
+  world_->dying_.insert(id_);
+}
+
+int FakeCuda::land_late_writes() {
+  int landed = 0;
+  {
+    std::lock_guard lock(world_->mutex_);
+    if (world_->dying_.erase(id_) == 0) return 0;
+    for (auto& [sid, s] : world_->streams_) {
+      if (s.process != id_) continue;
+      for (std::uint64_t o : s.ops) {
+        FakeGpuWorld::Op& op = world_->ops_.at(o);
+        if (op.kind != FakeGpuWorld::Op::Kind::write_value) continue;
+        if (world_->registered(id_, op.addr, 8)) {
+          std::atomic_ref<std::uint64_t>(*op.addr).store(op.value, std::memory_order_release);
+          ++landed;
+        } else {
+          ++world_->unregistered_writes_;
+        }
+      }
+      s.ops.clear();
+    }
+  }
+  kill();  // now the context goes
+  return landed;
+}
+
 void FakeCuda::kill() {
   std::lock_guard lock(world_->mutex_);
   world_->dead_.insert(id_);
+  world_->dying_.erase(id_);
   for (auto it = world_->handles_.begin(); it != world_->handles_.end();) {
     if (it->second.process == id_) {
       if (!it->second.imported) world_->events_.at(it->second.event).destroyed = true;

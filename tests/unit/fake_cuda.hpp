@@ -29,10 +29,16 @@
 //  * Contexts are per thread, as in the driver: set_device makes a device's primary context
 //    current; a thread with no current context that makes a device-dependent call gets device 0's
 //    primary context implicitly (counted in `implicit_inits`: the pool must never cause one);
-//    make_context() gives a non-primary context a test can make current.
+//    make_context() gives a non-primary context a test can make current. A runtime call on a
+//    given stream needs a current context too (one is bound implicitly, and counted); a driver
+//    entry point (the stream memory operations) on a thread with none fails with
+//    CUDA_ERROR_INVALID_CONTEXT (reported as device_uninitialized, the runtime's spelling).
 //  * A killed process's streams never run again (its pending records and writes never happen);
 //    its events are destroyed, its mappings and registrations dropped, as when the driver tears a
-//    context down.
+//    context down. kill_leaving_writes() models the interval the kernel leaves between a dying
+//    process's release of its robust futexes (its lease reads dead) and the close of its device
+//    files (its context torn down): its queued stream writes may still land, in stream order, when
+//    the test calls land_late_writes(), into memory that stays registered until then.
 //  * Anything that would block forever (synchronising on work that waits for another process)
 //    returns CudaErr::unknown and counts in `hangs`, so a test fails instead of hanging.
 //  * fail(op, err, times) injects errors.
@@ -96,6 +102,7 @@ struct FakeDevice {
   bool ipc_events = true;
   bool host_register = true;
   bool stream_mem_ops = true;
+  int compute_mode = 0;  // cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process
 };
 
 class FakeCuda;
@@ -180,6 +187,7 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   std::set<std::pair<int, int>> peers_;
   int next_process_ = 1;
   std::set<int> dead_;
+  std::set<int> dying_;  // killed, context not torn down yet (kill_leaving_writes)
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Allocation> allocations_;
   std::map<std::uint64_t, EventState> events_;
@@ -237,6 +245,10 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr get_last_error() noexcept override;
   const char* error_name(CudaErr err) noexcept override;
 
+  // cudaStreamPerThread: the per-thread default stream of the calling thread (a blocking stream,
+  // made on first use), wherever a stream is taken.
+  static inline const CudaStream kPerThreadStream = reinterpret_cast<CudaStream>(std::uintptr_t{2});
+
   // ---- test controls
   // A blocking (default) or non-blocking stream of this process on its current device.
   CudaStream make_stream(bool nonblocking = false);
@@ -247,6 +259,12 @@ class FakeCuda final : public detail::CudaApi {
   bool done(std::uint64_t work) const;
   // The process dies: its streams stop, its events and mappings go away.
   void kill();
+  // The process dies, but its context is not torn down yet: its streams stop and their queued
+  // 64-bit writes stay pending until land_late_writes() performs them (the kernels before them
+  // run to their end), after which the context is gone as with kill(). Returns how many writes
+  // landed.
+  void kill_leaving_writes();
+  int land_late_writes();
   // Injects `err` into the next `times` calls of `op` (times < 0: every call).
   void fail(FakeOp op, CudaErr err, int times = 1);
   int calls(FakeOp op) const;
@@ -271,7 +289,8 @@ class FakeCuda final : public detail::CudaApi {
   // The calling thread's current ordinal; a thread without a context gets device 0's primary
   // context implicitly (and the world counts it). Called with the world mutex held.
   int cur();
-  std::uint64_t legacy(CudaStream stream);  // stream id; nullptr: the current legacy stream
+  std::uint64_t legacy(CudaStream stream);       // stream id; nullptr: the current legacy stream
+  std::uint64_t per_thread_stream(int ordinal);  // the calling thread's, made on first use
 
   std::shared_ptr<FakeGpuWorld> world_;
   int id_;
@@ -294,6 +313,7 @@ class FakeCuda final : public detail::CudaApi {
     int refs = 0;
   };
   std::map<std::pair<void*, int>, Mapping> mappings_;  // key: (pointer, ordinal of the context)
+  std::map<std::pair<std::thread::id, int>, std::uint64_t> per_thread_;  // (thread, ordinal)
 };
 
 }  // namespace ipcring::test

@@ -65,6 +65,7 @@ struct CudaUuid {
 // Device attributes the capability probe reads (values are cudaDeviceAttr's).
 enum class CudaAttr : int {
   integrated = 18,          // cudaDevAttrIntegrated: shares memory with the host (Jetson, DRIVE)
+  compute_mode = 20,        // cudaDevAttrComputeMode: 0 default, 2 prohibited, 3 exclusive-process
   unified_addressing = 41,  // cudaDevAttrUnifiedAddressing: required by CUDA IPC
   ipc_event_support = 125,  // cudaDevAttrIpcEventSupport
   host_register_supported = 99,  // cudaDevAttrHostRegisterSupported: cudaHostRegister works
@@ -176,6 +177,37 @@ class DeviceGuard {
   CudaApi& api_;
   CudaErr err_ = CudaErr::success;
   CudaContext previous_ = nullptr;
+  bool restore_ = false;
+};
+
+// For calls on a caller's stream (Producer::loan(stream)/publish(stream), Frame::wait_on(stream)/
+// release(stream)): the stream belongs to a context of the caller's, so a context the caller made
+// current stays current (the stream may be its own). But the driver's stream memory operations and
+// the runtime still need some context current on the calling thread, and a thread that never
+// touched CUDA (a garbage collector's, a pool of the caller's) has none: the driver call fails, and
+// a runtime call binds device 0's primary context to the thread for good. So: when no context is
+// current, make `device`'s primary context current for the call, and restore "none" after.
+class StreamCallGuard {
+ public:
+  StreamCallGuard(CudaApi& api, int device) noexcept : api_(api) {
+    CudaContext current = nullptr;
+    err_ = api_.get_context(current);
+    if (err_ != CudaErr::success || current != nullptr) return;
+    err_ = api_.set_device(device);
+    restore_ = err_ == CudaErr::success;
+  }
+  ~StreamCallGuard() {
+    if (restore_) (void)api_.set_context(nullptr);
+  }
+  StreamCallGuard(const StreamCallGuard&) = delete;
+  StreamCallGuard& operator=(const StreamCallGuard&) = delete;
+
+  bool ok() const noexcept { return err_ == CudaErr::success; }
+  CudaErr error() const noexcept { return err_; }
+
+ private:
+  CudaApi& api_;
+  CudaErr err_ = CudaErr::success;
   bool restore_ = false;
 };
 

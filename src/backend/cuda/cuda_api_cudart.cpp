@@ -46,6 +46,8 @@ static_assert(sizeof(CUdeviceptr) == sizeof(void*));
 static_assert(static_cast<int>(CudaErr::not_supported) == cudaErrorNotSupported);
 static_assert(static_cast<int>(CudaErr::unknown) == cudaErrorUnknown);
 static_assert(static_cast<int>(CudaAttr::integrated) == cudaDevAttrIntegrated);
+static_assert(static_cast<int>(CudaAttr::compute_mode) == cudaDevAttrComputeMode);
+static_assert(cudaComputeModeProhibited == 2 && cudaComputeModeExclusiveProcess == 3);
 static_assert(static_cast<int>(CudaAttr::unified_addressing) == cudaDevAttrUnifiedAddressing);
 static_assert(static_cast<int>(CudaAttr::ipc_event_support) == cudaDevAttrIpcEventSupport);
 static_assert(std::is_same_v<CudaEvent, cudaEvent_t>);

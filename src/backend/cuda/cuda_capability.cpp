@@ -51,6 +51,22 @@ void require(CudaApi& api, CudaAttr attr, int device, bool want_nonzero, const s
 }  // namespace
 
 void probe_ipc_support(CudaApi& api, int device, const std::string& ch) {
+  // A channel needs a context on the device in the producer and in every reader: a device no
+  // process may use, or only one, cannot carry one (the runtime would fail later with
+  // cudaErrorDevicesUnavailable, naming neither the mode nor the fix).
+  int mode = 0;
+  if (api.device_attribute(CudaAttr::compute_mode, device, mode) != CudaErr::success) {
+    (void)api.get_last_error();
+    mode = 0;
+  }
+  if (mode == 2 || mode == 3) {
+    throw Error(Errc::unsupported,
+                ch + "CUDA device " + std::to_string(device) + " is in compute mode " +
+                    (mode == 2 ? "prohibited (no process may use it)"
+                               : "exclusive-process (one process at a time may use it, and a "
+                                 "channel needs the producer and its readers on it together)") +
+                    "; set the default mode (nvidia-smi -c DEFAULT) or use another GPU" + kUseHost);
+  }
   require(api, CudaAttr::integrated, device, false, ch,
           std::string("is an integrated GPU (Jetson/Orin/DRIVE class), where legacy CUDA IPC "
                       "(cudaIpcGetMemHandle) is not supported") +

@@ -25,7 +25,9 @@ std::map<ProducerKey, std::weak_ptr<ProducerResources>>& local_producers() {
 Import::~Import() {
   if (fork_gen != fork_generation() || local) return;  // local: the producer owns everything
   DeviceGuard guard(*api, device);
-  if (write_done != nullptr) (void)api->destroy_event(write_done);
+  if (write_done != nullptr && !exporter_gone.load(std::memory_order_relaxed)) {
+    (void)api->destroy_event(write_done);
+  }
   if (ptr != nullptr) (void)api->ipc_close_mem_handle(ptr);
   (void)api->get_last_error();
 }

@@ -1,9 +1,11 @@
 // cuda_import.hpp — the process-wide state of the CUDA backend: a producer's resources (shared
 // with Readers of the same process, which use them directly: a process cannot open its own IPC
-// handles) and the import cache (one mapping of a buffer per process and device: a context may
-// open a given IPC memory handle only once). Both registries are guarded by registry_mutex().
+// handles) and the import cache (one mapping of a buffer per process and device: the driver counts
+// the opens of a handle in a context, or refuses a second one on drivers before CUDA 11.1, so each
+// mapping has one owner that closes it once). Both registries are guarded by registry_mutex().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,6 +50,10 @@ struct Import {
   std::uint64_t fork_gen = 0;
   std::byte* ptr = nullptr;
   CudaEvent write_done = nullptr;
+  // Set (under registry_mutex) by a Reader that lets go of this import after its producer stopped
+  // being current: the exporter may have destroyed the event, after which destroying our copy is
+  // undefined too; ~Import then leaves the copy (a small leak until the process exits).
+  std::atomic<bool> exporter_gone{false};
 
   Import() = default;
   ~Import();  // closes the mapping and the event copy, in the context that opened them

@@ -8,14 +8,14 @@
 //
 // Fences, producer side. prepare_write(slot) runs after the claim (P1), which is ordered after
 // every holder's R5, so its acquire load of release_recorded (F2) sees the bit each holder set
-// after queueing its fence write (F1). For each bit: target = FenceWord(g, q), g the recorder's
-// lease generation (fence_generation, stored before F1), q the slot's last sequence. Word already
+// after queueing its fence write (F1). For each bit: target = FenceWord(e, q) on word e & 1, e the
+// recorder's epoch (fence_epoch, stored before F1), q the slot's last sequence. Word already
 // >= target: done. Otherwise the plain loan reports Status::no_free_slot (after one run of the
 // owner's reaper, which completes the fences of dead readers), and loan(stream) makes `stream` wait
 // on the word (cuStreamWaitValue64, GEQ).
 //
 // Why this cannot hang on a dead reader (invariant 12): every wait is on a word in host memory
-// that the CPU can write. Whoever reaps a dead reader writes FenceWord::reaped(g) into its words
+// that the CPU can write. Whoever reaps a dead reader writes FenceWord::reaped(e) into its words
 // (reader_fences_reaped, called by the reaper while it holds the entry), which satisfies every
 // target of that incarnation. While a GPU wait of ours is pending on a word not yet reached, a
 // watchdog thread runs the owner's reaper every tick, so a reader that dies is reaped even if the
@@ -74,8 +74,10 @@ class CudaProducerPool final : public ProducerPool {
   std::size_t index(std::uint32_t slot, std::uint32_t reader) const noexcept {
     return std::size_t{slot} * readers_ + reader;
   }
-  std::atomic<std::uint64_t>& fence(std::uint32_t slot, std::uint32_t reader) const noexcept {
-    return view_.cuda_slot(slot).release_fence[reader];
+  // The word a target of ours is on: the target's epoch picks it (cuda_fence.hpp).
+  std::atomic<std::uint64_t>& fence(std::uint32_t slot, std::uint32_t reader,
+                                    std::uint64_t target) const noexcept {
+    return fence_word(view_.cuda_slot(slot), reader, target >> FenceWord::kSequenceBits);
   }
   void check_device(bool create, const std::string& ch);
   std::vector<SlotHandles> allocate_slots(const std::string& ch);
@@ -100,7 +102,8 @@ class CudaProducerPool final : public ProducerPool {
   ErrorLog log_;
 
   // GPU waits we queued on readers' fence words: pending_[slot * readers + reader] is the target
-  // plus one (0: none). Written by the producer thread; read and cleared by the watchdog.
+  // plus one (0: none); the target's epoch says which word of the pair it is on. Written by the
+  // producer thread; read and cleared by the watchdog.
   std::unique_ptr<std::atomic<std::uint64_t>[]> pending_;
   std::atomic<std::uint32_t> pending_count_{0};
   std::unique_ptr<std::thread> watchdog_;
@@ -275,11 +278,8 @@ bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
   for (std::uint32_t r = 0; r < readers_; ++r) {
     if (!pending_reached(index(slot, r))) return false;
     if ((bits & (1U << r)) == 0) continue;
-    const std::uint64_t gen = cs.fence_generation[r].load(std::memory_order_relaxed);
-    if (!FenceWord::reached(fence(slot, r).load(std::memory_order_acquire),
-                            FenceWord::make(gen, seq))) {
-      return false;
-    }
+    const FenceTarget t = recorded_target(view_.cuda_slot(slot), r, seq);
+    if (!FenceWord::reached(t.word->load(std::memory_order_acquire), t.value)) return false;
   }
   // Our own last write (the producer's queued kernels) finished: readers may still be told to
   // wait on it, and freeing memory a queued kernel writes is undefined.
@@ -309,7 +309,7 @@ bool CudaProducerPool::pending_reached(std::size_t i) const noexcept {
   if (p == 0) return true;
   const auto slot = static_cast<std::uint32_t>(i / readers_);
   const auto reader = static_cast<std::uint32_t>(i % readers_);
-  return FenceWord::reached(fence(slot, reader).load(std::memory_order_acquire), p - 1);
+  return FenceWord::reached(fence(slot, reader, p - 1).load(std::memory_order_acquire), p - 1);
 }
 
 void CudaProducerPool::add_pending(std::uint32_t slot, std::uint32_t reader,
@@ -345,12 +345,11 @@ Status CudaProducerPool::prepare_write(std::uint32_t slot, CudaStream stream) no
     for (std::uint32_t r = 0; r < readers_; ++r) {
       const std::uint32_t bit = 1U << r;
       if ((bits & bit) == 0) continue;
-      // The recorder's generation, stored before its F1 (so visible after our F2).
-      const std::uint64_t target =
-          FenceWord::make(cs.fence_generation[r].load(std::memory_order_relaxed), seq);
+      // The recorder's epoch, stored before its F1 (so visible after our F2).
+      const std::uint64_t target = recorded_target(cs, r, seq).value;
       // (F4) acquire, pairs with the release of the word's writer: the reader's stream (after its
       // kernels) or a reaper (F3).
-      if (FenceWord::reached(fence(slot, r).load(std::memory_order_acquire), target)) {
+      if (FenceWord::reached(fence(slot, r, target).load(std::memory_order_acquire), target)) {
         // Relaxed: the bit is only a hint to look at the word; the word says what is done.
         cs.release_recorded.fetch_and(~bit, std::memory_order_relaxed);
         continue;
@@ -364,10 +363,15 @@ Status CudaProducerPool::prepare_write(std::uint32_t slot, CudaStream stream) no
     bits = running & cs.release_recorded.load(std::memory_order_acquire);
   }
   if (stream == nullptr) return Status::no_free_slot;  // a GPU may still read the buffer
+  StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the calls
+  if (!guard.ok()) {
+    log_.report(*api_, "making a context current for cuStreamWaitValue64", slot, guard.error());
+    return Status::backend_error;
+  }
   for (std::uint32_t r = 0; r < readers_; ++r) {
     const std::uint32_t bit = 1U << r;
     if ((running & bit) == 0) continue;
-    void* addr = res_->registration->device_address(&fence(slot, r));
+    void* addr = res_->registration->device_address(&fence(slot, r, targets[r]));
     const CudaErr e = api_->stream_wait_value64(stream, addr, targets[r]);
     if (e != CudaErr::success) {
       (void)api_->get_last_error();
@@ -384,7 +388,8 @@ Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream) n
   if (!handles_published_) publish_handles();
   CudaErr e;
   if (stream != nullptr) {
-    e = api_->record_event(res_->write_done[slot], stream);
+    StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+    e = guard.ok() ? api_->record_event(res_->write_done[slot], stream) : guard.error();
   } else {
     DeviceGuard guard(*api_, device_);  // the legacy stream of our device's primary context
     e = guard.ok() ? api_->record_event(res_->write_done[slot], nullptr) : guard.error();

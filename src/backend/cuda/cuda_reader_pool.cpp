@@ -2,21 +2,24 @@
 //
 // Import cache. A reader maps a buffer lazily, on its first frame in that slot, and keeps the
 // mapping in a cache keyed by (producer instance, epoch, slot, device): mapped once per process
-// and device (a registry shared by every Reader of the process, because a context may open a given
-// handle only once), closed on detach, or when the slot's frames come from another producer
-// instance/epoch, in the primary context of the device that opened it (DeviceGuard). Devices are
-// matched by UUID, never by ordinal, so CUDA_VISIBLE_DEVICES cannot make a reader open the wrong
-// GPU.
+// and device (a registry shared by every Reader of the process: the driver reference-counts a
+// handle opened twice in one context, CUDA 11.1 and later returning the same pointer, older drivers
+// refusing with cudaErrorAlreadyMapped, so each open must be paired with exactly one close by its
+// owner, and one owner per process and device keeps that simple), closed on detach, or when the
+// slot's frames come from another producer instance/epoch, in the primary context of the device
+// that opened it (DeviceGuard). Devices are matched by UUID, never by ordinal, so
+// CUDA_VISIBLE_DEVICES cannot make a reader open the wrong GPU.
 //
 // Fences both ways.
 //  * Reader waits for the producer: Frame::wait_on(stream) = cudaStreamWaitEvent(stream,
 //    write_done[slot]); only the producer records that event. The slot word's publication (ring.hpp
 //    P2/R3) orders the CPU side; the event orders the GPU side (invariant 3).
 //  * Producer waits for readers: Frame::release(stream) queues on `stream`, after the reader's
-//    kernels, the write of FenceWord(entry generation, frame sequence) into the slot's
-//    release_fence[reader] word of the host-registered control segment (cuStreamWriteValue64), then
-//    (F1) sets bit `reader` of release_recorded, then the caller clears its bit in the slot word
-//    (R5). The producer's side is in cuda_producer_pool.cpp; cuda_fence.hpp defines the word.
+//    kernels, the write of FenceWord(recorder epoch, frame sequence) into the slot's
+//    release_fence[epoch & 1][reader] word of the host-registered control segment
+//    (cuStreamWriteValue64), then stores the epoch and (F1) sets bit `reader` of release_recorded,
+//    then the caller clears its bit in the slot word (R5). The producer's side is in
+//    cuda_producer_pool.cpp; cuda_fence.hpp defines the word.
 //
 // Detach. ~CudaReaderPool waits (kTeardownWait at most) for the fence words it wrote to be reached,
 // i.e. for its kernels on the released frames to finish. A slot whose fence did not complete keeps
@@ -90,11 +93,22 @@ class CudaReaderPool final : public ReaderPool {
     return view_.producer().lease_word.load(std::memory_order_acquire) ==
            LeaseWord::make(epoch, LeaseState::active);
   }
+  // Before letting go of slot `i`'s import: when its producer is no longer current (closed, dead
+  // or replaced), the exporter may have destroyed the event already, and then any operation on
+  // our imported copy is undefined, destroying it included (cudaIpcOpenEventHandle): the last
+  // owner is told to leave it (~Import).
+  void mark_if_exporter_gone(std::uint32_t i) const noexcept {
+    const SlotCache& o = cache_[i];
+    if (o.import && !producer_current(o.epoch)) {
+      o.import->exporter_gone.store(true, std::memory_order_relaxed);  // under registry_mutex
+    }
+  }
   bool fence_done(std::uint32_t slot) const noexcept {
     const SlotCache& c = cache_[slot];
     if (!c.fence_queued || reader_ >= readers_) return true;
     return FenceWord::reached(
-        view_.cuda_slot(slot).release_fence[reader_].load(std::memory_order_acquire),
+        fence_word(view_.cuda_slot(slot), reader_, c.fence_written >> FenceWord::kSequenceBits)
+            .load(std::memory_order_acquire),
         c.fence_written);
   }
 
@@ -188,6 +202,7 @@ CudaReaderPool::~CudaReaderPool() {
         // recorded, under our generation, until our kernels finish).
         view_.cuda_slot(i).release_recorded.fetch_and(~(1U << reader_), std::memory_order_relaxed);
       }
+      mark_if_exporter_gone(i);
       cache_[i].import.reset();  // may close the mapping (~Import, with its device)
     }
     if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
@@ -227,9 +242,11 @@ std::shared_ptr<Import> CudaReaderPool::acquire_import(std::uint32_t slot, std::
     CudaErr e = api_->ipc_open_mem_handle(&p, handles.memory);
     if (e != CudaErr::success) {
       (void)api_->get_last_error();
-      // Every open in this process goes through this registry, which opens a handle once per
-      // device; an already-mapped handle means someone else in the process (user code, another
-      // library) opened it and owns that mapping, which we must not close.
+      // Every open by ipcring goes through this registry, which opens a handle once per device.
+      // A driver that counts opens (CUDA 11.1+) gives us our own reference even when user code
+      // opened the handle too (our close then drops only ours); an older one refuses with
+      // cudaErrorAlreadyMapped: someone else in the process owns that mapping, which we must not
+      // close, so the frame fails cleanly.
       log_.report(*api_,
                   e == CudaErr::already_mapped
                       ? "cudaIpcOpenMemHandle: the buffer is already mapped in this process "
@@ -259,6 +276,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
     // Another instance or epoch: its mapping goes (closed in ~Import unless another Reader of the
     // process still uses it) once our kernels on it are done.
     if (c.import && !fence_done(slot)) keep_mapped(c.import);
+    mark_if_exporter_gone(slot);
     c.import.reset();
     c.fence_queued = false;
     if (instance != last_instance_ || epoch != last_epoch_) {
@@ -269,6 +287,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
         SlotCache& o = cache_[i];
         if (o.import && (o.instance != instance || o.epoch != epoch) &&
             !o.held.load(std::memory_order_acquire) && fence_done(i)) {
+          mark_if_exporter_gone(i);
           o.import.reset();
           o.fence_queued = false;
         }
@@ -303,14 +322,21 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
 Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
   const SlotCache& c = cache_[slot];
   if (!c.import) return Status::backend_error;
-  // A producer that closed waited for its writes before destroying its events; one that was
-  // replaced is gone with its events. Either way there is nothing left to wait for, and its event
-  // must not be used.
-  if (!producer_current(c.epoch)) return Status::ok;
+  // A producer that closed keeps each slot's event until no reader holds the slot and its last
+  // record completed (~CudaProducerPool), so while we hold the frame its event is there to wait
+  // on. One that died or was replaced may have published this frame with its writes still queued
+  // in its context, which is gone with its event: nothing can say the frame is complete, so the
+  // frame is dropped (producer_gone: the caller releases it unread).
+  const std::uint64_t lease = view_.producer().lease_word.load(std::memory_order_acquire);
+  if (lease != LeaseWord::make(c.epoch, LeaseState::active) &&
+      lease != LeaseWord::make(c.epoch, LeaseState::closed)) {
+    return Status::producer_gone;
+  }
   if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
   CudaErr e;
   if (stream != nullptr) {
-    e = api_->stream_wait_event(stream, c.import->write_done);
+    StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+    e = guard.ok() ? api_->stream_wait_event(stream, c.import->write_done) : guard.error();
   } else {
     DeviceGuard guard(*api_, device_);
     e = guard.ok() ? api_->stream_wait_event(nullptr, c.import->write_done) : guard.error();
@@ -329,8 +355,10 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
   if (c.import && reader < readers_ && reader == reader_ && producer_current(c.epoch)) {
     // While we hold our bit the slot cannot be reused: its descriptor is our frame's.
     const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
-    const std::uint64_t value = FenceWord::make(generation_, seq);
-    std::atomic<std::uint64_t>& word = view_.cuda_slot(slot).release_fence[reader];
+    CudaSlot& cs = view_.cuda_slot(slot);
+    const std::uint16_t epoch = next_epoch(cs, reader, generation_);
+    const std::uint64_t value = FenceWord::make(epoch, seq);
+    std::atomic<std::uint64_t>& word = fence_word(cs, reader, epoch);
     void* addr = registration_->device_address(&word);
     // stream nullptr (Frame::release()): the legacy default stream of our device, which orders the
     // write after the work queued so far on the legacy stream and on every blocking stream of this
@@ -341,7 +369,8 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
       word.store(value, std::memory_order_release);  // negative control: not after our kernels
       e = CudaErr::success;
     } else if (stream != nullptr) {
-      e = api_->stream_write_value64(stream, addr, value);
+      StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+      e = guard.ok() ? api_->stream_write_value64(stream, addr, value) : guard.error();
     } else {
       DeviceGuard guard(*api_, device_);
       e = guard.ok() ? api_->stream_write_value64(nullptr, addr, value) : guard.error();
@@ -349,12 +378,13 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
     if (e == CudaErr::success) {
       c.fence_written = value;
       c.fence_queued = true;
-      CudaSlot& cs = view_.cuda_slot(slot);
       // Relaxed: published by F1.
+      cs.fence_epoch[reader].store(epoch, std::memory_order_relaxed);
       cs.fence_generation[reader].store(static_cast<std::uint32_t>(generation_),
                                         std::memory_order_relaxed);
-      // (F1) release, pairs with (F2) in prepare_write: the write was queued, and our generation
-      // stored, before the producer looks. Then the caller clears our bit in the slot word (R5).
+      // (F1) release, pairs with (F2) in prepare_write: the write was queued, and our epoch and
+      // generation stored, before the producer looks. Then the caller clears our bit in the slot
+      // word (R5).
       cs.release_recorded.fetch_or(1U << reader, std::memory_order_release);
     } else {
       // No fence: make our work done instead, so the producer may reuse the buffer as soon as we
@@ -363,6 +393,7 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
       log_.report(*api_, "cuStreamWriteValue64 of the release fence; synchronising instead", slot,
                   e);
       if (stream != nullptr) {
+        StreamCallGuard guard(*api_, device_);
         (void)api_->stream_synchronize(stream);
       } else {
         DeviceGuard guard(*api_, device_);
