@@ -66,6 +66,8 @@ int run(int argc, char** argv) {
   std::uint64_t last_seq = 0;  // the last frame read (the summary's last_sequence)
   std::uint64_t prev_seq = 0;  // the last frame read from the current producer (0: none yet)
   std::uint64_t gaps = 0;      // --origin-sequence: frames missing between consecutive ones
+  std::uint64_t restarts = 0;  // --origin-sequence: the relay's source restarted (its own
+                               // producer_gone, which this reader cannot see)
   while (reader && !ipcring::tools::stop_requested() && (count == 0 || frames < count)) {
     const auto now = steady_clock::now();
     if (now >= end) break;
@@ -108,7 +110,14 @@ int run(int argc, char** argv) {
     } else {
       ++untyped;
     }
-    if (seq <= prev_seq) bad = true;  // sequences only grow
+    // Sequences only grow within one producer. Through a relay, the origin's sequence starts again
+    // when the relay's source has a new producer (fresh memory): a well-formed frame whose origin
+    // sequence went back is that restart, counted, not corruption.
+    if (seq <= prev_seq && origin && !bad) {
+      ++restarts;
+      prev_seq = 0;
+    }
+    if (seq <= prev_seq) bad = true;
     if (origin && !bad && prev_seq != 0) gaps += seq - prev_seq - 1;
     prev_seq = seq;
     last_seq = seq;
@@ -131,7 +140,10 @@ int run(int argc, char** argv) {
       static_cast<unsigned long long>(reader ? reader->overruns() : 0),
       static_cast<unsigned long long>(corrupt), static_cast<unsigned long long>(last_seq),
       static_cast<unsigned long long>(gone), static_cast<unsigned long long>(untyped), secs,
-      origin ? (" origin_gaps=" + std::to_string(gaps)).c_str() : "");
+      origin ? (" origin_gaps=" + std::to_string(gaps) +
+                " origin_restarts=" + std::to_string(restarts))
+                   .c_str()
+             : "");
   std::fflush(stdout);
   return corrupt != 0 ? ipcring::tools::kExitError : ipcring::tools::kExitOk;
 }

@@ -74,7 +74,11 @@ void bind_functions(py::module_& m) {
       "A read-only snapshot of a channel as a dict (ringdump's JSON names): producer{pid, alive, "
       "epoch, ...}, slots[{index, sequence, state, reader_mask, ...}], readers[{index, pid, "
       "alive, held_slots, ...}], problems[...].");
-  m.def("list_channels", &ipcring::list_channels, "Names of the channels in /dev/shm, sorted.");
+  m.def(
+      "list_channels", [](const std::string& dir) { return ipcring::list_channels(dir); },
+      py::arg("dir") = std::string(),
+      "Names of the channels in the channel directory (dir, else $IPCRING_DIR, else "
+      "/dev/shm/ipcring-<uid>), sorted.");
   m.def(
       "remove_channel",
       [](const std::string& name, bool force) {
