@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -516,4 +519,65 @@ TEST_CASE("ringdump: a segment of another layout version exits 4") {
   }
   // The hostile producer removed its names as it ended.
   CHECK(test::shm_clean(ch.name()));
+}
+
+TEST_CASE("ringdump: hostile names in the directory never hang or crash list, show or gc") {
+  // In a directory of our own: a FIFO, a directory and a symbolic link where lock files belong, a
+  // regular file where a socket belongs, a socket nobody serves, and a producer that never
+  // answers.
+  char tmpl[] = "/tmp/ipcring-hostile-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  REQUIRE(mkfifo((dir + "/fifo.lock").c_str(), 0600) == 0);
+  REQUIRE(mkdir((dir + "/adir.lock").c_str(), 0700) == 0);
+  REQUIRE(symlink("/etc/passwd", (dir + "/link.lock").c_str()) == 0);
+  REQUIRE(test::write_file_bytes(dir + "/file.lock", std::vector<unsigned char>(4, 'x')));
+  REQUIRE(test::write_file_bytes(dir + "/file.sock", std::vector<unsigned char>(4, 'x')));
+  REQUIRE(test::write_file_bytes(dir + "/orphan.lock", {}));
+  {
+    const int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    const std::string path = dir + "/orphan.sock";
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    REQUIRE(bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    close(s);  // bound, never listening: a stale socket
+  }
+  setenv("IPCRING_DIR", dir.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): before any thread here
+  std::optional<test::FakeProducer> silent;
+  silent.emplace("silent");
+  silent->set_silent(true);
+  auto bounded = [](const ToolResult& r) {
+    INFO(describe(r));
+    CHECK_FALSE(r.timed_out);
+    CHECK(r.signal == 0);
+    CHECK((r.rc == 0 || r.rc == 1 || r.rc == 3));
+  };
+  const ToolResult list = ringdump({"list", "--dir", dir});
+  bounded(list);
+  CHECK(list.rc == 0);
+  for (const char* name : {"file", "orphan", "silent"}) {
+    CHECK(list.out.find(name) != std::string::npos);
+  }
+  const Json j = parse_json(ringdump({"list", "--json", "--dir", dir}));
+  CHECK((*find_channel(j, "orphan"))["state"] == "stale");
+  CHECK((*find_channel(j, "file"))["state"] == "broken");
+  CHECK((*find_channel(j, "silent"))["state"] == "error");
+  for (const char* name : {"fifo", "adir", "link", "file", "orphan", "silent"}) {
+    for (const char* cmd : {"show", "check", "reap"}) {
+      bounded(ringdump({cmd, name, "--dir", dir}));
+    }
+  }
+  const ToolResult gc = ringdump({"gc", "--dir", dir});
+  bounded(gc);
+  CHECK(gc.out.find("removed orphan") != std::string::npos);
+  CHECK(gc.err.find("kept file") != std::string::npos);
+  CHECK(gc.err.find("kept silent") != std::string::npos);
+  struct stat st {};
+  CHECK(lstat((dir + "/fifo.lock").c_str(), &st) == 0);  // not ipcring's: never touched
+  CHECK(lstat((dir + "/link.lock").c_str(), &st) == 0);
+  silent.reset();
+  unsetenv("IPCRING_DIR");  // NOLINT(concurrency-mt-unsafe)
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
