@@ -51,6 +51,9 @@ cases=(
   "broken-trylock-probe|live_owner_never_declared_dead|-DBROKEN_TRYLOCK_PROBE=1 -DDIEMASK=4|-w18||lease.pml"
   "broken-trylock-all|live_owner_never_declared_dead|-DBROKEN_TRYLOCK_PROBE=1|-w18||lease.pml"
   "broken-no-repair-lock|live_owner_never_declared_dead|-DNO_REPAIR_LOCK=1|-w18||lease.pml"
+  "name-lock|pass||||name.pml"
+  "name-removal-window|one_name_holder|-DREMOVAL|||name.pml"
+  "broken-name-no-lock|one_name_holder|-DBROKEN_NO_LOCK|||name.pml"
 )
 long_cases=(
   "reader-death-3slots|pass|-DNS=3 -DMAXSEQ=4 -DRDIE=1 -DRDIEMASK=1 -DLIVES=2|-w27"
