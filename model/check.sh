@@ -44,6 +44,9 @@ cases=(
   "epoch-recheck-removed|claimed_frame_is_of_the_current_epoch|-DNS=3 -DMAXSEQ=3 -DNRP=1 -DPDIE=1 -DTAKEOVER=1 -DEPOCH_RECHECK=0|"
   "broken-blind-or|safety|-DBROKEN_BLIND_OR|"
   "broken-no-recheck|safety|-DBROKEN_NO_RECHECK|"
+  "observer|pass|-DOBSERVER=1 -DNS=3 -DNR=1 -DNRP=1 -DSEQMASK=0 -DMAXSEQ=4|"
+  "broken-observer-no-recheck|observed_copy_is_one_publication|-DOBSERVER=1 -DBROKEN_OBSERVER_NO_RECHECK -DNS=3 -DNR=1 -DNRP=1 -DSEQMASK=0 -DMAXSEQ=4|"
+  "broken-observer-gen-only|observed_copy_is_one_publication|-DOBSERVER=1 -DBROKEN_OBSERVER_GEN_ONLY -DNS=3 -DNR=1 -DNRP=1 -DSEQMASK=0 -DMAXSEQ=4|"
   "broken-detach-order|live_reader_keeps_lease|-DBROKEN_DETACH_ORDER -DNS=3 -DMAXSEQ=2 -DNR=1 -DNRP=2|"
   "lease-collide|pass|-DCOLLIDE=1 -DLIVES=1|-w18||lease.pml"
   "lease-collide-2kills|pass|-DCOLLIDE=1 -DLIVES=2|-w18||lease.pml"
@@ -199,7 +202,7 @@ run_case() {
     if [ -f "$mfile.trail" ]; then
       # shellcheck disable=SC2086
       spin $defs -t "$mfile" 2>&1 | tr -s ' \t' ' ' | sed 's/^ //' |
-        grep -E '^(P[0-9]|R[0-9]:|process [0-9]|clears|reaper|spin: text of failed)' >trail.txt
+        grep -E '^(P[0-9]|R[0-9]:|O:|process [0-9]|clears|reaper|spin: text of failed)' >trail.txt
       { echo "    counterexample (last steps; spin -t replays it in full):"
         tail -n 24 trail.txt | sed 's/^/      /'; } >report
     elif [ "$(cat status)" = bad ]; then

@@ -14,6 +14,10 @@
  *                   owner-dead mutex is made consistent and unlocked without cleanup; may die.
  *                   (Tool and Inspector start after a death, or at the end: before that their
  *                   probes only meet live owners. docs/model.md lists such restrictions.)
+ *   Observer        (OBSERVER=1) ReaderOptions::observer: takes no entry and sets no bit; copies
+ *                   the newest frame's payload (two halves, each one load) and re-checks the slot
+ *                   (O1)...(O3) of src/ring/observe.hpp; asserts that an accepted copy is one
+ *                   publication's content (observed_copy_is_one_publication).
  *   Final           once every other process has ended: one more reap, then checks that no slot
  *                   has a reader bit and that the reader table is empty.
  *   Monitor         checks the invariants (at the end of this file) in every reachable state.
@@ -57,7 +61,8 @@
  *
  * Switches (spin -DNAME[=value]): the sizes below; LOAN_POLICY; EPOCH_RECHECK; READERS_WAIT;
  * BROKEN_BLIND_OR, BROKEN_NO_RECHECK, BROKEN_DETACH_ORDER (deliberately wrong readers that must
- * fail).
+ * fail); OBSERVER, with BROKEN_OBSERVER_NO_RECHECK (accepts every copy) and
+ * BROKEN_OBSERVER_GEN_ONLY (re-checks the state word only, not the descriptor's sequence).
  */
 
 /* ---- configuration ------------------------------------------------------------------------- */
@@ -142,7 +147,10 @@
 #endif
 
 #define SIZING (NS >= NR * H + 2)
-#define NPROC (1 + TAKEOVER + NRP + TOOL + INSPECT)
+#ifndef OBSERVER
+#define OBSERVER 0    /* 1: run an observer (no entry, copy and re-check) */
+#endif
+#define NPROC (1 + TAKEOVER + NRP + TOOL + INSPECT + OBSERVER)
 #define NOSLOT 255
 
 /* process identities (robust-mutex owners); 0 = nobody */
@@ -180,6 +188,13 @@ byte dseq[NS];
 byte depoch[NS];
 byte payseq[NS];
 byte payep[NS];
+#if OBSERVER
+/* The payload's second half: the producer writes it in a step of its own, before the first half
+ * (payseq, with the descriptor), so that a copy can see two publications' halves. */
+byte payhi[NS];
+bit  p1done;           /* ghost: the first producer has ended (the observer then stops) */
+hidden byte observed_copy_is_one_publication;   /* an accepted copy is one frame's content */
+#endif
 /* Publication log and head. */
 byte lseq[LOG];
 byte lslot[LOG];
@@ -516,7 +531,11 @@ proctype Producer(byte me) {
         /* The loan. W is set: (a) nobody may be reading the slot while we write it. */
         STEP(k = cand; last = k; cand = NOSLOT; hs = (hs == k -> NOSLOT : hs);
              CHECK(no_reader_on_written_slot, reading[k] == 0 && smask[k] == 0);
-             dseq[k] = 0; payseq[k] = 0; payep[k] = 0);
+             dseq[k] = 0; payseq[k] = 0; payep[k] = 0
+#if OBSERVER
+             ; payhi[k] = 0
+#endif
+             );
         if
         :: drops > 0 ->
            /* unclaim: (g, W, 0) -> (g, !W, 0) */
@@ -524,6 +543,11 @@ proctype Producer(byte me) {
                 CHECK(no_reader_on_written_slot, reading[k] == 0); sw[k] = 0;
                 drops--; sg = 0; SAY("P%d: drops the loan of slot %d\n", me, k))
         :: true ->
+#if OBSERVER
+           /* the payload's second half (the first goes with the descriptor, next step) */
+           STEP(CHECK(no_reader_on_written_slot, reading[k] == 0 && smask[k] == 0);
+                payhi[k] = n + 1);
+#endif
            /* payload done; descriptor (relaxed stores) */
            STEP(n++; CHECK(no_reader_on_written_slot, reading[k] == 0 && smask[k] == 0);
                 payseq[k] = n; payep[k] = epoch; dseq[k] = n; depoch[k] = epoch);
@@ -548,7 +572,11 @@ proctype Producer(byte me) {
 dead:
   atomic { kernel_exit(me); p1dead = 1 };
 done:
-  atomic { ndone++; nmain = nmain + (me == P1ID -> 1 : 0) }
+  atomic { ndone++; nmain = nmain + (me == P1ID -> 1 : 0)
+#if OBSERVER
+           ; p1done = p1done || me == P1ID
+#endif
+  }
 }
 
 /* ---- reader -------------------------------------------------------------------------------- */
@@ -809,6 +837,60 @@ done:
   atomic { ndone++ }
 }
 
+/* ---- observer (src/ring/observe.hpp) -------------------------------------------------------- */
+#if OBSERVER
+/* The latest policy over copies: head, the log entry, (O1) the state word, the descriptor, (O2)
+ * the copy (two loads: the halves), (O3) the re-check: the state word (generation, W), the
+ * descriptor's sequence and epoch, the producer's epoch, each one load as in observe_confirm. It
+ * writes nothing shared, so its death changes nothing and is not modelled. */
+#if defined(BROKEN_OBSERVER_NO_RECHECK)
+#define OBSERVER_ACCEPTS 1
+#elif defined(BROKEN_OBSERVER_GEN_ONLY)
+#define OBSERVER_ACCEPTS (!x && g2 == og)
+#else
+#define OBSERVER_ACCEPTS (!x && g2 == og && s2 == os && e2 == oe && ep == ce)
+#endif
+proctype Observer() {
+  byte t, k, q, og, os, oe, ca, cb, x, g2, s2, e2, ep, ce, last;
+  do
+  :: LOAD(t = head; ce = epoch);               /* (R1) and the epoch the read starts with */
+     if
+     :: t <= last && p1done -> break
+     :: t <= last && !p1done -> atomic { head > last || p1done }   /* waits (read(timeout)) */
+     :: t > last ->
+        LOAD(q = lseq[t % LOG]; k = lslot[t % LOG]);          /* (R2) */
+        if
+        :: q != t -> skip                                     /* overwritten in the log */
+        :: else ->
+           LOAD(x = sw[k]; og = sgen[k]);                     /* (O1) */
+           LOAD(os = dseq[k]; oe = depoch[k]);                /* the descriptor */
+           if
+           :: x || os != t || oe != ce -> skip                /* gone, or being rewritten */
+           :: else ->
+              LOAD(ca = payseq[k]);                           /* (O2) the copy: first half */
+              LOAD(cb = payhi[k]);                            /*      second half */
+              LOAD(x = sw[k]; g2 = sgen[k]);                  /* (O3) the state word */
+              LOAD(s2 = dseq[k]);                             /*      the descriptor's sequence */
+              LOAD(e2 = depoch[k]);                           /*      and epoch */
+              LOAD(ep = epoch);                               /*      the producer's epoch */
+              if
+              :: OBSERVER_ACCEPTS ->
+                 atomic { SAY("O: accepts seq %d of slot %d: halves %d %d\n", os, k, ca, cb);
+                          CHECK(observed_copy_is_one_publication,
+                                ca == os && cb == os && pubep[os] == oe);
+                          last = t }
+              :: else -> SAY("O: drops its copy of seq %d (slot %d changed)\n", os, k)
+              fi
+           fi
+        fi
+     fi;
+     atomic { q = 0; k = 0; og = 0; os = 0; oe = 0; ca = 0; cb = 0; x = 0; g2 = 0; s2 = 0; e2 = 0;
+              ep = 0 }
+  od;
+  atomic { ndone++ }
+}
+#endif
+
 /* ---- (c): when everyone else has ended, one reap leaves no bits and an empty table ---------- */
 active proctype Final() {
   byte dl, i, e2, rc, x;
@@ -933,6 +1015,9 @@ init {
 #endif
 #if INSPECT
     run Inspector();
+#endif
+#if OBSERVER
+    run Observer();
 #endif
     i = 0
   }

@@ -26,6 +26,7 @@
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
 #include "ring/cursor.hpp"
+#include "ring/observe.hpp"
 #include "ring/writer.hpp"
 #include "segment/layout.hpp"
 #include "segment/segment.hpp"
@@ -125,6 +126,8 @@ class ReaderCore {
   }
   const Geometry& geometry() const noexcept { return view_.geo; }
   std::uint32_t index() const noexcept { return cursor_.index; }
+  bool observer() const noexcept { return observer_; }
+  std::uint64_t observer_dropped() const noexcept { return cursor_.observer_dropped; }
   std::uint32_t held() const noexcept { return frames_held(held_.load(std::memory_order_relaxed)); }
   std::uint64_t overruns() const noexcept { return cursor_.overruns; }
   std::uint64_t epoch() const noexcept { return cursor_.epoch; }
@@ -148,6 +151,11 @@ class ReaderCore {
   std::uint64_t fork_gen_ = 0;
   std::atomic<std::uint32_t> held_{kHandleBit};  // frames held | kHandleBit while the Reader lives
   bool holds_lease_ = false;
+  // Observers (ring/observe.hpp): no entry; frames are copies in this buffer (frame_bytes, then
+  // metadata_bytes), allocated at attach so that no read allocates.
+  bool observer_ = false;
+  std::unique_ptr<std::byte[]> observer_bytes_;
+  ObserverBuffer observer_buffer_;
   ReaderCore* next_retired_ = nullptr;  // the Retirer's list
   std::uint64_t follow_next_ns_ = 0;    // reader/follow.hpp: next look at the name
   std::string follow_error_;            // why following the name failed (empty: it did not)

@@ -72,6 +72,14 @@ struct ReaderOptions {
   // written). Used by the Python module, whose tensors
   // cannot be marked read-only.
   bool copy_on_write = false;
+  // Read as an observer (docs/observers.md): take no reader entry and set no bit in any slot, so
+  // the channel's readers and its producer are not disturbed, and attach works when every entry
+  // is taken. Each read copies the frame (payload, header, metadata) into a buffer the Reader
+  // allocated at attach, then re-checks that the slot still holds that publication; a copy
+  // overwritten meanwhile is dropped and counted (Reader::observer_dropped()). An observer holds
+  // at most one frame (Status::max_held while it does); read(timeout) polls the channel's wake
+  // word in sleeps of at most 1 ms. Host backend only (CUDA: Errc::unsupported at attach).
+  bool observer = false;
   // The channel directory, as ChannelConfig::dir.
   std::string dir{};
   // Whose channel to read (docs/protocol.md, "Trust"): the producer that answers on the channel's

@@ -100,6 +100,8 @@ class Loan {
 };
 
 // A published frame held by one reader. While it is held, the producer cannot reuse its buffer.
+// An observer's Frame (ReaderOptions::observer) is a copy in the observer's own buffer instead:
+// data() and metadata() point there, and the producer's buffer is not held.
 // release() (or the destructor) gives it back; release is idempotent. A Frame may be released from
 // any thread, and may outlive the Reader object that read it (the reader entry stays leased until
 // its last frame is released; that release only hands the detach to a library thread, so release

@@ -17,7 +17,8 @@ class ReaderCore;
 }  // namespace detail
 
 // Reader: takes one entry of the channel's reader table (a lease held by a library thread, so it
-// survives the thread that called attach) and reads frames. Move-only. One Reader must be used by
+// survives the thread that called attach) and reads frames; an observer (ReaderOptions::observer,
+// docs/observers.md) takes no entry and reads copies instead. Move-only. One Reader must be used by
 // one thread at a time; the Frames it returns may be released from any thread.
 class Reader {
  public:
@@ -53,7 +54,13 @@ class Reader {
   // producer_gone too, then its frames are returned).
   [[nodiscard]] Result<Frame> read(std::chrono::nanoseconds timeout) noexcept;
 
-  std::uint32_t index() const noexcept;     // entry in the reader table (bit in slot masks)
+  // Entry in the reader table (bit in slot masks); kObserverIndex for an observer, which has none.
+  std::uint32_t index() const noexcept;
+  static constexpr std::uint32_t kObserverIndex = 0xffffffffU;
+  bool observer() const noexcept;  // ReaderOptions::observer
+  // Observers: copies dropped so far because the producer overwrote the slot while they were
+  // copied (the re-check failed). Always 0 for a reader that holds an entry.
+  std::uint64_t observer_dropped() const noexcept;
   std::uint32_t held() const noexcept;      // frames held of the channel object it reads now
   std::uint64_t overruns() const noexcept;  // sequential policy: frames lost so far
   std::uint64_t epoch() const noexcept;     // producer epoch last seen

@@ -27,7 +27,7 @@ namespace {
 class PyReader {
  public:
   PyReader(const std::string& name, const std::string& policy, double spin, double producer_probe,
-           double wait_for_channel)
+           double wait_for_channel, bool observer)
       : state_(std::make_shared<ReaderState>()) {
     ReaderOptions o;
     if (policy == "latest") {
@@ -45,6 +45,8 @@ class PyReader {
     // Tensors handed to Python cannot be marked read-only (DLPack 0.6): map the pool
     // copy-on-write, so an in-place op on a frame's tensor changes a private copy, never faults.
     o.copy_on_write = true;
+    // An observer (docs/observers.md) takes no reader entry; its frames are copies it owns.
+    o.observer = observer;
     state_->name = name;
     attach_waiting(name, o, wait);
     adopt_backend();
@@ -227,16 +229,21 @@ class PyReader {
 
 void bind_reader(py::module_& m) {
   py::class_<PyReader>(m, "Reader", R"doc(
-Reader(name, policy='latest', spin=0.0, producer_probe=0.1, wait_for_channel=0.0)
+Reader(name, policy='latest', spin=0.0, producer_probe=0.1, wait_for_channel=0.0, observer=False)
 
 Attaches to the channel `name`. wait_for_channel: seconds to wait for the channel to appear (its
 producer not started yet); 0 raises NotFound at once. policy 'latest' returns the newest
 frame not yet read; 'sequential' every frame in order (frames lost to the producer lapping the
 reader are counted in overruns and Frame.skipped). spin: seconds read() polls before sleeping.
+observer=True: take no reader entry (works when all max_readers are taken, never holds a buffer the
+producer needs); each frame is a checked copy, one held at a time (MaxHeld while one is), copies
+the producer overwrote meanwhile are dropped and counted in observer_dropped; host channels only
+(Unsupported on a CUDA channel). See docs/observers.md.
 )doc")
-      .def(py::init<const std::string&, const std::string&, double, double, double>(),
+      .def(py::init<const std::string&, const std::string&, double, double, double, bool>(),
            py::arg("name"), py::arg("policy") = "latest", py::arg("spin") = 0.0,
-           py::arg("producer_probe") = 0.1, py::arg("wait_for_channel") = 0.0)
+           py::arg("producer_probe") = 0.1, py::arg("wait_for_channel") = 0.0,
+           py::arg("observer") = false)
       .def("try_read", &PyReader::try_read,
            "A Frame, or None when nothing new was published. Raises ProducerGone (once per "
            "ended producer epoch), MaxHeld, Evicted, Forked.")
@@ -254,6 +261,10 @@ reader are counted in overruns and Frame.skipped). spin: seconds read() polls be
           "held", [](PyReader& r) { return r.open().held(); },
           "frames held (including released frames whose views live)")
       .def_property_readonly("overruns", [](PyReader& r) { return r.open().overruns(); })
+      .def_property_readonly("observer", [](PyReader& r) { return r.open().observer(); })
+      .def_property_readonly(
+          "observer_dropped", [](PyReader& r) { return r.open().observer_dropped(); },
+          "copies dropped because the producer overwrote them while they were copied")
       .def_property_readonly("epoch", [](PyReader& r) { return r.open().epoch(); })
       .def_property_readonly("frame_bytes", [](PyReader& r) { return r.open().frame_bytes(); })
       .def_property_readonly("max_held", [](PyReader& r) { return r.open().max_held(); })

@@ -433,3 +433,31 @@ def test_objects_inherited_through_fork_raise_forked(channel):
         assert os.waitstatus_to_exitcode(status) == 0
         publish_pattern(p)  # the parent's objects still work
         assert r.read(timeout=1).sequence == 1
+
+
+def test_observer_reads_a_full_channel_and_takes_no_entry(channel):
+    with make(channel, readers=1) as p, ipcring.Reader(channel) as r:
+        with pytest.raises(ipcring.TooManyReaders):
+            ipcring.Reader(channel)
+        with ipcring.Reader(channel, observer=True) as o:
+            assert o.observer and not r.observer
+            assert o.observer_dropped == 0
+            publish_pattern(p, 304)
+            frame = o.read(timeout=1)
+            assert frame.size == 304 and ringtest.check_pattern(frame, frame.sequence)
+            # A copy: no slot is held, and the one reader entry is the reader's.
+            snap = ipcring.inspect(channel)
+            assert [s["reader_mask"] for s in snap["slots"]] == [0] * len(snap["slots"])
+            assert len(snap["readers"]) == 1
+            # One frame at a time: the copy it views is the observer's one buffer.
+            publish_pattern(p, 304)
+            with pytest.raises(ipcring.MaxHeld):
+                o.try_read()
+            frame.release()
+            nxt = o.try_read()
+            assert nxt is not None and nxt.sequence == frame.sequence + 1
+            assert ringtest.check_pattern(nxt, nxt.sequence)
+            nxt.release()
+        # The reader was not disturbed: it reads the newest frame.
+        with r.read(timeout=1) as f:
+            assert f.sequence == 2

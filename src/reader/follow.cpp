@@ -78,6 +78,7 @@ Result<Frame> Follow::after(ReaderCore*& core, Result<Frame> result) noexcept {
     return result;  // out of memory: try again next period
   }
   next->cursor_.overruns = c.cursor_.overruns;  // frames lost so far, whatever the memory
+  next->cursor_.observer_dropped = c.cursor_.observer_dropped;
   // producer_gone exactly once per ended producer: now, unless the core reported it already.
   const bool report = !c.cursor_.gone_reported;
   c.cursor_.gone_reported = true;

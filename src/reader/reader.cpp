@@ -51,6 +51,12 @@ std::uint32_t Reader::index() const noexcept {
 std::uint32_t Reader::held() const noexcept {
   return core_->held();
 }
+bool Reader::observer() const noexcept {
+  return core_->observer();
+}
+std::uint64_t Reader::observer_dropped() const noexcept {
+  return core_->observer_dropped();
+}
 std::uint64_t Reader::overruns() const noexcept {
   return core_->overruns();
 }

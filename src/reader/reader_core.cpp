@@ -153,6 +153,22 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
                                const OpenedSegment& opened) {
   std::unique_ptr<ReaderCore> core(new ReaderCore(name, options, opened));
   const SegmentView& view = core->view_;
+  if (options.observer) {
+    // An observer copies frames with the CPU: device memory cannot be read that way.
+    if (view.geo.backend == kBackendCuda) {
+      throw Error(Errc::unsupported,
+                  channel_prefix(name) +
+                      "observers read host channels only; this channel's frames are in CUDA "
+                      "memory (backend cuda, frame_bytes " +
+                      std::to_string(view.geo.frame_bytes) + "): attach without observer");
+    }
+    core->observer_ = true;
+    const std::size_t capacity = view.geo.frame_bytes + view.geo.metadata_bytes;
+    core->observer_bytes_ = std::make_unique<std::byte[]>(capacity == 0 ? 1 : capacity);
+    core->observer_buffer_ = {core->observer_bytes_.get(), view.geo.frame_bytes,
+                              view.geo.metadata_bytes};
+    core->cursor_.index = Reader::kObserverIndex;
+  }
   {
     PoolRequest req{std::string(name), view, opened.mode, 0, false, options.copy_on_write, {}};
     core->pool_ =
@@ -160,7 +176,9 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
   }
   // Take a free entry, or one whose owner the kernel declared dead (under the repair lock; the
   // liveness module never locks a mutex a live owner may hold).
-  if (auto taken = take_reader_entry(view, name, core->instance_id_, options.policy)) {
+  if (core->observer_) {
+    // No entry: nothing in the reader table or the slot words is ours.
+  } else if (auto taken = take_reader_entry(view, name, core->instance_id_, options.policy)) {
     core->cursor_.index = taken->index;
     core->cursor_.bit = SlotWord::bit(taken->index);
     core->holds_lease_ = true;
@@ -170,7 +188,7 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
   // After take_reader_entry, whose lease keeper thread this process may have started just now:
   // thread creation order (and with it the keeper's thread id) stays as it was.
   Retirer::instance().start();
-  if (!core->holds_lease_) {
+  if (!core->holds_lease_ && !core->observer_) {
     std::string pids;
     for (std::uint32_t i = 0; i < view.geo.max_readers && i < 8; ++i) {
       if (i != 0) pids += ',';
@@ -189,8 +207,10 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
   // Both policies start with the newest frame present at attach.
   const std::uint64_t head = LogWord::sequence(p.head.load(std::memory_order_acquire));
   core->cursor_.last_sequence = head > 0 ? head - 1 : 0;
-  view.reader(core->cursor_.index)
-      .last_sequence.store(core->cursor_.last_sequence, std::memory_order_relaxed);
+  if (!core->observer_) {
+    view.reader(core->cursor_.index)
+        .last_sequence.store(core->cursor_.last_sequence, std::memory_order_relaxed);
+  }
   return core.release();
 }
 
@@ -205,7 +225,7 @@ bool ReaderCore::forked() const noexcept {
 }
 
 bool ReaderCore::evicted() const noexcept {
-  return reader_evicted(view_, cursor_);
+  return !observer_ && reader_evicted(view_, cursor_);
 }
 
 bool ReaderCore::producer_alive() noexcept {
@@ -219,6 +239,17 @@ bool ReaderCore::producer_alive() noexcept {
 Result<Frame> ReaderCore::try_read() noexcept {
   if (forked()) return Status::forked;
   Frame f;
+  if (observer_) {
+    // One private buffer: the frame held points into it, so the next copy waits for its release.
+    if (frames_held(held_.load(std::memory_order_relaxed)) >= 1) return Status::max_held;
+    if (const Status st = next_observed(view_, *pool_, cursor_, observer_buffer_, f.fields_);
+        st != Status::ok) {
+      return st;
+    }
+    held_.fetch_add(1, std::memory_order_relaxed);
+    f.core_ = this;
+    return Result<Frame>(std::move(f));
+  }
   // The policy's walk, the claim and its re-check (ring/cursor.cpp); counts the frame in held_.
   if (const Status st = next_frame(view_, *pool_, cursor_, held_, f.fields_); st != Status::ok) {
     return st;
@@ -263,6 +294,22 @@ Result<Frame> ReaderCore::read(std::uint64_t timeout_ns) noexcept {
       next_probe = now + probe_ns;
     }
     if (now >= deadline) return Status::timeout;
+    if (observer_) {
+      // No entry, so no waiter bit: publish does not wake us. Sleep on the wake word for at most
+      // 1 ms (a publication changes it, which ends the sleep early when it comes first): at most
+      // ~1 ms of latency and ~1000 futex calls a second while nothing is published.
+      const std::uint32_t w = p.wake.load(std::memory_order_acquire);
+      r = try_read();
+      if (r || r.status() != Status::no_frame) return r;
+      now = monotonic_ns();
+      const std::uint64_t sleep =
+          std::min({deadline - std::min(deadline, now), next_probe - std::min(next_probe, now),
+                    std::uint64_t{1'000'000}});
+      if (sleep > 0) futex_wait(p.wake, w, sleep);
+      r = try_read();
+      if (r || r.status() != Status::no_frame) return r;
+      continue;
+    }
     // (W1) seq_cst: announce the sleep before the final check; pairs with (P6). Our own bit, not
     // a shared count: if we die asleep, the reap clears it.
     const std::uint32_t my_bit = 1U << cursor_.index;
@@ -288,6 +335,9 @@ void ReaderCore::release(Frame& f, CudaStream stream) noexcept {
   std::uint32_t before = 0;
   if (forked()) {
     // The parent's bits are not ours to clear; only our count of the inherited frame goes.
+    before = held_.fetch_sub(1, std::memory_order_acq_rel);
+  } else if (observer_) {
+    // A copy: nothing in the segment to give back. acq_rel as release_frame's decrement.
     before = held_.fetch_sub(1, std::memory_order_acq_rel);
   } else {
     before = release_frame(view_, *pool_, cursor_, held_, f.fields_, stream);

@@ -121,10 +121,6 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   return Status::ok;
 }
 
-namespace {
-
-// The producer's epoch and state as this cursor last saw them: producer_gone once per ended
-// epoch, no_frame once closed, ok to read on.
 Status follow_epoch(const SegmentView& view, CursorState& state) noexcept {
   const std::uint64_t pw = view.producer().lease_word.load(std::memory_order_acquire);
   if (LeaseWord::generation(pw) != state.epoch) {
@@ -145,6 +141,8 @@ Status follow_epoch(const SegmentView& view, CursorState& state) noexcept {
   }
   return Status::ok;
 }
+
+namespace {
 
 // A claimed frame: the cursor moves to it, the frame is counted, the reader's telemetry updated.
 void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::uint32_t>& held,

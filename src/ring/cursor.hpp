@@ -33,6 +33,7 @@ struct CursorState {
   std::uint64_t epoch = 0;             // producer epoch last seen
   bool gone_reported = false;          // producer_gone already returned for this epoch's end
   std::uint64_t overruns = 0;
+  std::uint64_t observer_dropped = 0;  // observers: copies refused by the re-check (observe.hpp)
 };
 
 // `held` counts the frames a reader holds in its low bits; the owner may keep flags above
@@ -41,6 +42,10 @@ inline constexpr std::uint32_t kHeldFramesMask = 0x7fffffffU;
 inline std::uint32_t frames_held(std::uint32_t held_word) noexcept {
   return held_word & kHeldFramesMask;
 }
+
+// The producer's epoch and state as this cursor last saw them: producer_gone once per ended
+// epoch, no_frame once closed, ok to read on. Reads the producer's lease word only.
+Status follow_epoch(const SegmentView& view, CursorState& state) noexcept;
 
 // True when entry `state.index` no longer carries our lease generation (we were reaped).
 bool reader_evicted(const SegmentView& view, const CursorState& state) noexcept;

@@ -42,6 +42,11 @@ inline bool claim_for_write(Slot& slot) noexcept {
   while (!SlotWord::writing(s) && SlotWord::mask(s) == 0) {
     if (slot.state.compare_exchange_weak(s, SlotWord::make(SlotWord::generation(s), true, 0),
                                          std::memory_order_acquire, std::memory_order_relaxed)) {
+      // (P1o) release fence, pairs with the observer's (O3) acquire fence (observe.hpp): every
+      // write to the slot's descriptor, header and payload from now on is ordered after W became
+      // visible, so an observer whose copy read any of them sees W (or a later generation) in its
+      // re-check. A compiler barrier on x86; it orders nothing the readers' bits need.
+      std::atomic_thread_fence(std::memory_order_release);
       return true;
     }
   }

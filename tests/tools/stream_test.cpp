@@ -218,3 +218,35 @@ TEST_CASE("readers record their delay; show, JSON and a 100x20 watch report it")
       ringdump({"watch", ch.name(), "--count", "1", "--size", "250x120", "--interval", "0.2"});
   CHECK(big.out.find("SEQUENCE") != std::string::npos);  // the full view fits there
 }
+
+TEST_CASE("ringdump echo and hz read as observers: they work when every reader entry is taken") {
+  ScopedChannel ch("observer-tools");
+  Child pub = spawn_ringpub(ch.name(), 20, 1);  // max_readers 1
+  REQUIRE(inspect(ch).producer.head > 0);
+  Reader reader = Reader::attach(ch);  // takes the one entry
+  CHECK_THROWS_AS(Reader::attach(ch), Error);
+  const ToolResult echo = ringdump({"echo", ch.name(), "--count", "3", "--json"});
+  REQUIRE_MESSAGE(echo.rc == 0, describe(echo));
+  const std::vector<Json> frames = json_lines(echo.out);
+  REQUIRE(frames.size() == 3);
+  for (const Json& f : frames) {
+    CHECK(f["bytes"].get<std::uint64_t>() == kFrameBytes);
+    CHECK(f.contains("observer_dropped"));
+  }
+  CHECK(frames[1]["sequence"].get<std::uint64_t>() > frames[0]["sequence"].get<std::uint64_t>());
+  const ToolResult hz = ringdump({"hz", ch.name(), "--count", "1", "--interval", "1", "--json"});
+  REQUIRE_MESSAGE(hz.rc == 0, describe(hz));
+  const std::vector<Json> reports = json_lines(hz.out);
+  REQUIRE(reports.size() == 1);
+  REQUIRE(reports[0]["rate_hz"].is_number());
+  const double rate = reports[0]["rate_hz"].get<double>();
+  CHECK(rate > kRate * 0.5);
+  CHECK(rate < kRate * 2);
+  CHECK(reports[0].contains("observer_dropped"));
+  // The reader kept its entry all along and still reads; no other entry was ever taken.
+  const Snapshot snap = inspect(ch);
+  REQUIRE(snap.readers.size() == 1);
+  CHECK(snap.readers[0].pid == static_cast<std::uint32_t>(getpid()));
+  auto f = reader.read(2s);
+  CHECK(f);
+}

@@ -12,9 +12,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "backend/pool.hpp"
 #include "ring/cursor.hpp"
+#include "ring/observe.hpp"
 #include "ring/ring.hpp"
 #include "ring/writer.hpp"
 #include "segment/layout.hpp"
@@ -464,4 +466,219 @@ TEST_CASE("cursor: a frame of an ended epoch is never handed out once the new ep
   CHECK(claim_frame(seg.view, r.pool, r.cursor, 1, head, lost, f) == Status::no_frame);
   CHECK(lost);
   CHECK(SlotWord::mask(seg.word(LogWord::slot(head))) == 0);  // the claim was undone
+}
+
+// ---- the observer's copy and re-check (ring/observe.hpp) ---------------------------------------
+
+namespace {
+
+constexpr std::size_t kObservedBytes = 64;
+
+// Frame buffers the test writes as the producer would (64 bytes a slot); `during_copy` runs the
+// producer's steps from inside buffer(), after the observer's (O1) and before its copy, so that a
+// rewrite under the copy is driven deterministically through next_observed itself.
+class ObservedPool final : public ReaderPool {
+ public:
+  const std::byte* buffer(std::uint32_t slot, std::uint64_t, std::uint64_t) noexcept override {
+    if (during_copy != nullptr) std::exchange(during_copy, nullptr)(context, slot);
+    return bytes + std::size_t{slot} * kObservedBytes;
+  }
+  bool during_copy_ran() const noexcept { return during_copy == nullptr; }
+  void (*during_copy)(void*, std::uint32_t) = nullptr;
+  void* context = nullptr;
+  std::byte bytes[8 * kObservedBytes] = {};
+};
+
+// An observer under producer epoch 1, as attach leaves it: no entry, no bit.
+struct TestObserver {
+  explicit TestObserver(MemorySegment& segment, ReadPolicy policy) : seg(segment) {
+    seg.view.producer().lease_word.store(LeaseWord::make(1, LeaseState::active));
+    seg.writer.epoch = 1;
+    cursor.policy = policy;
+    cursor.epoch = 1;
+    buffer = {copy, kObservedBytes, sizeof copy - kObservedBytes};
+  }
+  Status next(FrameFields& f) { return next_observed(seg.view, pool, cursor, buffer, f); }
+  MemorySegment& seg;
+  ObservedPool pool;
+  CursorState cursor;
+  std::byte copy[kObservedBytes + 4096] = {};
+  ObserverBuffer buffer;
+};
+
+// The producer's whole publication of `seq` into slot i: claim (P1), prepare, the payload (every
+// byte = seq), publish (P2..P4).
+void publish_into(MemorySegment& seg, ObservedPool& pool, std::uint32_t i, std::uint64_t seq) {
+  REQUIRE(claim_for_write(seg.view.slot(i)));
+  REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, i, nullptr) == Status::ok);
+  std::memset(pool.bytes + std::size_t{i} * kObservedBytes, static_cast<int>(seq & 0xff),
+              kObservedBytes);
+  seg.publish(i, seq);
+}
+
+bool all_bytes(const std::byte* p, std::size_t n, std::uint64_t seq) {
+  for (std::size_t k = 0; k < n; ++k) {
+    if (p[k] != static_cast<std::byte>(seq & 0xff)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("observer: a copy of the newest frame, no bit set, no entry touched") {
+  MemorySegment seg(4, 2, 1);
+  TestObserver o(seg, ReadPolicy::latest);
+  FrameFields f;
+  CHECK(o.next(f) == Status::no_frame);
+  publish_into(seg, o.pool, 2, 1);
+  publish_into(seg, o.pool, 3, 2);
+  REQUIRE(o.next(f) == Status::ok);
+  CHECK(f.sequence == 2);
+  CHECK(f.slot == 3);
+  CHECK(f.size == 16);
+  CHECK(f.data == o.copy);  // the private copy, not the frame pool
+  CHECK(all_bytes(f.data, f.size, 2));
+  CHECK(f.skipped == 0);
+  // Nothing in shared memory is ours: no bit in any slot, no reader entry written.
+  for (std::uint32_t i = 0; i < 4; ++i) CHECK(SlotWord::mask(seg.word(i)) == 0);
+  CHECK(seg.view.reader(0).frames_read.load() == 0);
+  CHECK(seg.view.reader(0).lease_word.load() == 0);
+  // The producer may claim the slot at once (no reader holds it) although the copy is "held".
+  CHECK(claim_for_write(seg.view.slot(3)));
+  unclaim(seg.view.slot(3));
+  FrameFields none;
+  CHECK(o.next(none) == Status::no_frame);
+  CHECK(o.cursor.observer_dropped == 0);
+}
+
+TEST_CASE("observer: a slot rewritten between the copy and the re-check is refused") {
+  MemorySegment seg(4, 2, 1);
+  TestObserver o(seg, ReadPolicy::latest);
+  publish_into(seg, o.pool, 1, 1);
+  const std::uint64_t head = seg.view.producer().head.load();
+  SUBCASE("republished: another generation") {
+    Observation seen;
+    FrameFields f;
+    bool lost = true;
+    REQUIRE(observe_copy(seg.view, o.pool, o.cursor, 1, head, o.buffer, lost, seen, f) ==
+            Status::ok);
+    CHECK_FALSE(lost);
+    publish_into(seg, o.pool, 1, 2);  // the producer's steps between the copy and the re-check
+    CHECK_FALSE(observe_confirm(seg.view, o.cursor, seen));
+  }
+  SUBCASE("claimed and being written (W set)") {
+    Observation seen;
+    FrameFields f;
+    bool lost = true;
+    REQUIRE(observe_copy(seg.view, o.pool, o.cursor, 1, head, o.buffer, lost, seen, f) ==
+            Status::ok);
+    REQUIRE(claim_for_write(seg.view.slot(1)));
+    CHECK_FALSE(observe_confirm(seg.view, o.cursor, seen));
+  }
+  SUBCASE("a dropped loan: same generation, W clear, but the sequence was zeroed") {
+    Observation seen;
+    FrameFields f;
+    bool lost = true;
+    REQUIRE(observe_copy(seg.view, o.pool, o.cursor, 1, head, o.buffer, lost, seen, f) ==
+            Status::ok);
+    REQUIRE(claim_for_write(seg.view.slot(1)));
+    REQUIRE(prepare_slot(seg.view, seg.pool, seg.writer, 1, nullptr) == Status::ok);
+    std::memset(o.pool.bytes + kObservedBytes, 0x55, kObservedBytes);  // written, then dropped
+    unclaim(seg.view.slot(1));
+    CHECK(SlotWord::generation(seg.word(1)) == seen.generation);
+    CHECK_FALSE(observe_confirm(seg.view, o.cursor, seen));
+  }
+  SUBCASE("a takeover: the producer's epoch moved on") {
+    Observation seen;
+    FrameFields f;
+    bool lost = true;
+    REQUIRE(observe_copy(seg.view, o.pool, o.cursor, 1, head, o.buffer, lost, seen, f) ==
+            Status::ok);
+    seg.view.producer().lease_word.store(LeaseWord::make(2, LeaseState::active));
+    CHECK_FALSE(observe_confirm(seg.view, o.cursor, seen));
+  }
+  SUBCASE("untouched: confirmed") {
+    Observation seen;
+    FrameFields f;
+    bool lost = true;
+    REQUIRE(observe_copy(seg.view, o.pool, o.cursor, 1, head, o.buffer, lost, seen, f) ==
+            Status::ok);
+    // Another reader's claim and release change the mask only: the copy stands.
+    hold(seg, 1, kReader1);
+    CHECK(observe_confirm(seg.view, o.cursor, seen));
+  }
+}
+
+TEST_CASE("observer: a copy overwritten under next_observed is dropped, counted, and retried") {
+  MemorySegment seg(4, 2, 1);
+  TestObserver o(seg, ReadPolicy::latest);
+  publish_into(seg, o.pool, 1, 1);
+  // While the observer copies frame 1, the producer rewrites slot 1 with frame 2 (payload first,
+  // then the publication): the copy may hold bytes of both, and must not be accepted.
+  struct Context {
+    MemorySegment* seg;
+    ObservedPool* pool;
+  } context{&seg, &o.pool};
+  o.pool.context = &context;
+  o.pool.during_copy = [](void* c, std::uint32_t slot) {
+    auto* ctx = static_cast<Context*>(c);
+    publish_into(*ctx->seg, *ctx->pool, slot, 2);
+  };
+  FrameFields f;
+  REQUIRE(o.next(f) == Status::ok);
+  CHECK(o.cursor.observer_dropped == 1);
+  CHECK(f.sequence == 2);  // the retry read head again and copied the new frame whole
+  CHECK(all_bytes(f.data, f.size, 2));
+  CHECK(o.pool.during_copy_ran());  // the rewrite did happen under the copy
+}
+
+TEST_CASE("observer, sequential policy: in order, a frame dropped by the re-check is an overrun") {
+  MemorySegment seg(4, 2, 1);
+  TestObserver o(seg, ReadPolicy::sequential);
+  publish_into(seg, o.pool, 0, 1);
+  publish_into(seg, o.pool, 1, 2);
+  publish_into(seg, o.pool, 2, 3);
+  FrameFields f;
+  REQUIRE(o.next(f) == Status::ok);
+  CHECK(f.sequence == 1);
+  // Frame 2's slot is rewritten (frame 4) under the copy: frame 2 is lost, frame 3 comes next.
+  struct Context {
+    MemorySegment* seg;
+    ObservedPool* pool;
+  } context{&seg, &o.pool};
+  o.pool.context = &context;
+  o.pool.during_copy = [](void* c, std::uint32_t slot) {
+    auto* ctx = static_cast<Context*>(c);
+    publish_into(*ctx->seg, *ctx->pool, slot, 4);
+  };
+  FrameFields g;
+  REQUIRE(o.next(g) == Status::ok);
+  CHECK(o.cursor.observer_dropped == 1);
+  CHECK(g.sequence == 3);
+  CHECK(g.skipped == 1);
+  CHECK(o.cursor.overruns == 1);
+  CHECK(all_bytes(g.data, g.size, 3));
+  FrameFields h;
+  REQUIRE(o.next(h) == Status::ok);
+  CHECK(h.sequence == 4);
+  CHECK(all_bytes(h.data, h.size, 4));
+}
+
+TEST_CASE("observer: the epoch change is reported, a frame of an ended epoch never copied") {
+  MemorySegment seg(4, 2, 1);
+  TestObserver o(seg, ReadPolicy::latest);
+  publish_into(seg, o.pool, 0, 1);
+  seg.view.producer().lease_word.store(LeaseWord::make(2, LeaseState::active));
+  FrameFields f;
+  CHECK(o.next(f) == Status::producer_gone);
+  CHECK(o.next(f) == Status::no_frame);  // epoch 1's frame is not taken under epoch 2
+  seg.writer.epoch = 2;
+  publish_into(seg, o.pool, 1, 2);
+  REQUIRE(o.next(f) == Status::ok);
+  CHECK(f.epoch == 2);
+  // A corrupt size is refused before anything is copied.
+  publish_into(seg, o.pool, 2, 3);
+  seg.view.slot(2).bytes.store(seg.view.geo.frame_bytes + 1);
+  FrameFields g;
+  CHECK(o.next(g) == Status::no_frame);
 }

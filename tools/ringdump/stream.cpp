@@ -63,10 +63,21 @@ std::string bytes_rate_text(double bps) {
 }
 
 // nullopt: stopped (SIGINT/SIGTERM) while waiting for the channel, which ends the command with
-// exit 0 as a stop does later.
+// exit 0 as a stop does later. Reads as an observer (docs/observers.md): no reader entry is taken
+// and no slot is held, so the channel's readers and producer are not disturbed and a channel whose
+// entries are all taken can still be watched. Observers copy frames with the CPU: a CUDA channel
+// is read as an ordinary reader instead, and ringdump says so.
 std::optional<ipcring::Reader> attach(const Commands& c) {
   ipcring::ReaderOptions options;
   options.policy = c.sequential ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
+  options.observer = true;
+  try {
+    return ipcring::tools::attach_waiting("ringdump", c.name, options, c.wait_s);
+  } catch (const ipcring::Error& e) {
+    if (e.code() != ipcring::Errc::unsupported) throw;
+    std::fprintf(stderr, "ringdump: %s; reading as a reader (it takes a reader entry)\n", e.what());
+  }
+  options.observer = false;
   return ipcring::tools::attach_waiting("ringdump", c.name, options, c.wait_s);
 }
 
@@ -184,6 +195,7 @@ Summary summarise(const ipcring::Frame& f, bool device_memory, std::uint64_t lim
 struct Echoed {
   std::uint64_t sequence = 0, epoch = 0, bytes = 0, timestamp_ns = 0, capture_time_ns = 0;
   std::uint64_t skipped = 0, delay_ns = 0;
+  std::uint64_t observer_dropped = 0;  // copies dropped so far by the observer's re-check
   std::uint32_t slot = 0;
   std::optional<ipcring::TensorDesc> tensor;
   bool tensor_invalid = false;
@@ -299,6 +311,7 @@ void print_echo(const Echoed& e, bool json) {
     j["delay_ns"] = e.delay_ns;
     j["tensor"] = e.tensor ? tensor_json(*e.tensor) : Json(nullptr);
     j["tensor_invalid"] = e.tensor_invalid;
+    j["observer_dropped"] = e.observer_dropped;
     Json m;
     m["bytes"] = e.metadata.size();
     if (text) {
@@ -321,11 +334,16 @@ void print_echo(const Echoed& e, bool json) {
     if (!e.saved.empty()) j["saved"] = e.saved;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("--- frame %llu  epoch %llu  slot %u  %llu bytes  skipped %llu\n",
+    std::printf("--- frame %llu  epoch %llu  slot %u  %llu bytes  skipped %llu",
                 static_cast<unsigned long long>(e.sequence),
                 static_cast<unsigned long long>(e.epoch), e.slot,
                 static_cast<unsigned long long>(e.bytes),
                 static_cast<unsigned long long>(e.skipped));
+    // Copies the producer overwrote while ringdump copied them (never shown torn: dropped).
+    if (e.observer_dropped != 0) {
+      std::printf("  dropped %llu", static_cast<unsigned long long>(e.observer_dropped));
+    }
+    std::printf("\n");
     std::printf("  published  %llu ns (monotonic), read %s later\n",
                 static_cast<unsigned long long>(e.timestamp_ns),
                 duration_text(static_cast<double>(e.delay_ns)).c_str());
@@ -398,6 +416,7 @@ int cmd_echo(const Commands& c) {
     e.slot = f->slot();
     e.bytes = f->size();
     e.skipped = f->skipped();
+    e.observer_dropped = reader.observer_dropped();
     e.timestamp_ns = f->timestamp_ns();
     e.delay_ns = got > e.timestamp_ns ? got - e.timestamp_ns : 0;
     e.capture_time_ns = f->capture_time_ns();
@@ -467,6 +486,16 @@ WindowStats stats_of(const std::deque<Sample>& w) {
   return s;
 }
 
+// "  dropped N" when the observer's re-check dropped copies so far (the rate is still the
+// publisher's: it is measured from publish timestamps), else nothing.
+std::string dropped_text(const ipcring::Reader& reader) {
+  const std::uint64_t n = reader.observer_dropped();
+  if (n == 0) return std::string();
+  char b[48];
+  std::snprintf(b, sizeof b, "  dropped %llu", static_cast<unsigned long long>(n));
+  return b;
+}
+
 int cmd_rate(const Commands& c, bool bandwidth) {
   Commands sequential = c;
   sequential.sequential = true;
@@ -501,6 +530,7 @@ int cmd_rate(const Commands& c, bool bandwidth) {
       j["name"] = c.name;
       j["frames"] = frames;
       j["overruns"] = reader.overruns();
+      j["observer_dropped"] = reader.observer_dropped();
       j["window_frames"] = s.intervals;
       j["rate_hz"] = s.intervals != 0 ? Json(s.rate_hz) : Json(nullptr);
       j["min_interval_ns"] = s.intervals != 0 ? Json(s.min_ns) : Json(nullptr);
@@ -514,18 +544,18 @@ int cmd_rate(const Commands& c, bool bandwidth) {
       }
       std::printf("%s\n", j.dump().c_str());
     } else if (s.intervals == 0) {
-      std::printf("%s: no new frames\n", c.name.c_str());
+      std::printf("%s: no new frames%s\n", c.name.c_str(), dropped_text(reader).c_str());
     } else if (bandwidth) {
-      std::printf("%s: %s from %llu frames  mean %.0f B  min %llu B  max %llu B\n", c.name.c_str(),
-                  bytes_rate_text(s.bytes_per_s).c_str(),
+      std::printf("%s: %s from %llu frames  mean %.0f B  min %llu B  max %llu B%s\n",
+                  c.name.c_str(), bytes_rate_text(s.bytes_per_s).c_str(),
                   static_cast<unsigned long long>(s.intervals), s.mean_bytes,
                   static_cast<unsigned long long>(s.min_bytes),
-                  static_cast<unsigned long long>(s.max_bytes));
+                  static_cast<unsigned long long>(s.max_bytes), dropped_text(reader).c_str());
     } else {
-      std::printf("%s: average rate %.3f Hz  min %s  max %s  std dev %s  window %llu\n",
+      std::printf("%s: average rate %.3f Hz  min %s  max %s  std dev %s  window %llu%s\n",
                   c.name.c_str(), s.rate_hz, duration_text(s.min_ns).c_str(),
                   duration_text(s.max_ns).c_str(), duration_text(s.std_dev_ns).c_str(),
-                  static_cast<unsigned long long>(s.intervals));
+                  static_cast<unsigned long long>(s.intervals), dropped_text(reader).c_str());
     }
     std::fflush(stdout);
   }
