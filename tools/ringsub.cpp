@@ -96,11 +96,11 @@ int run(int argc, char** argv) {
     std::uint64_t seq = f->sequence();
     bool bad = origin && !ipcring::pattern::origin_sequence(f->data(), f->size(), seq);
     bad = bad || !ipcring::pattern::check(f->data(), f->size(), seq);
-    // ringpub describes its frames as uint8 bytes; a frame without that tensor is counted (a
-    // producer other than ringpub, or a relay such as ringbridge import, which carries no tensor),
-    // one with another tensor is corrupt.
+    // ringpub describes its frames as uint8 bytes (or, with --image, as a uint8 image covering
+    // them); a frame without a tensor is counted (a producer other than ringpub, or a relay such
+    // as ringbridge import, which carries no tensor), one with another tensor is corrupt.
     if (const auto t = f->tensor()) {
-      if (!(*t == ipcring::pattern::tensor(f->size()))) bad = true;
+      if (!ipcring::pattern::is_pattern_tensor(*t, f->size())) bad = true;
     } else {
       ++untyped;
     }
