@@ -14,7 +14,7 @@ extra+=(cyclonedds-dev cyclonedds-tools)  # ringbridge: Cyclone DDS, idlc, ddspe
 extra+=(libboost-dev)  # ringbench's Boost.Interprocess message_queue baseline (the library needs no Boost)
 # The MCAP and Foxglove tests (tests/tools/mcap): node with npm (npm ci of the test's lock file).
 # A node that brings its own npm (NodeSource's nodejs) must not get Debian's npm beside it.
-extra+=(nodejs)
+extra+=(nodejs chromium)  # chromium: the screenshot of ringdump serve's page
 command -v npm >/dev/null 2>&1 || extra+=(npm)
 want=("${core[@]}")
 [[ "${1:-}" == "--minimal" ]] || want+=("${extra[@]}")

@@ -220,6 +220,30 @@ void encode_frame(Buffer& out, const FrameFields& f) {
   w.bytes(f.data);
 }
 
+std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::string_view topic,
+                                  std::string_view requested, std::uint64_t stamp_ns) {
+  const auto tensor = f.tensor();
+  std::optional<std::string> encoding;
+  if (tensor) encoding = image_encoding(*tensor, requested);
+  if (encoding) {
+    const auto height = static_cast<std::uint32_t>(tensor->shape[0]);
+    const auto width = static_cast<std::uint32_t>(tensor->shape[1]);
+    const std::size_t pixels = std::size_t{height} * width * *bytes_per_pixel(*encoding);
+    encode_image(out, stamp_ns, topic, height, width, *encoding,
+                 {f.data() + tensor->byte_offset, pixels});
+    return encoding;
+  }
+  FrameFields fields;
+  fields.sequence = f.sequence();
+  fields.timestamp_ns = f.timestamp_ns();
+  fields.capture_time_ns = f.capture_time_ns();
+  fields.tensor = tensor;
+  fields.metadata = f.metadata();
+  fields.data = {f.data(), f.size()};
+  encode_frame(out, fields);
+  return std::nullopt;
+}
+
 std::optional<FrameFields> decode_image(std::span<const std::byte> cdr, std::string& error) {
   CdrReader r(cdr, error);
   FrameFields f;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ipcring/frame.hpp"
 #include "ipcring/tensor.hpp"
 #include "ringdump/buffer.hpp"
 
@@ -57,6 +58,12 @@ void encode_image(Buffer& out, std::uint64_t stamp_ns, std::string_view frame_id
                   std::span<const std::byte> pixels);
 // Appends a CDR ipcring/msg/Frame.
 void encode_frame(Buffer& out, const FrameFields& f);
+
+// A held frame as its message: an Image when its tensor is image-like (image_encoding with
+// `requested`), else a Frame. `stamp_ns`: the Image header's stamp. Returns the Image's encoding,
+// or std::nullopt for a Frame. Host frames only (reads f.data()).
+std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::string_view topic,
+                                  std::string_view requested, std::uint64_t stamp_ns);
 
 // Decode; on failure std::nullopt with `error` saying what was wrong (field and values). The
 // spans of the result point into `cdr`.

@@ -219,28 +219,12 @@ void read_channel(Channel& ch, Shared& s, std::size_t index) {
                             : item.log_time;
     Buffer& b = *buffer;
     if (f->size() + 4096 + 512 > b.capacity()) s.budget.grow(b, f->size() + 4096 + 512);
-    const auto tensor = f->tensor();
-    std::optional<std::string> encoding;
-    if (tensor) encoding = messages::image_encoding(*tensor, ch.encoding);
+    const auto encoding = messages::encode(b, *f, ch.name, ch.encoding, item.publish_time);
     if (encoding) {
-      const auto height = static_cast<std::uint32_t>(tensor->shape[0]);
-      const auto width = static_cast<std::uint32_t>(tensor->shape[1]);
-      const auto bpp = *messages::bytes_per_pixel(*encoding);
-      const std::size_t pixels = std::size_t{height} * width * bpp;
       item.image = true;
       item.encoding = *encoding;
-      messages::encode_image(b, item.publish_time, ch.name, height, width, *encoding,
-                             {f->data() + tensor->byte_offset, pixels});
-    } else {
-      if (!ch.encoding.empty()) ch.not_image.fetch_add(1, std::memory_order_relaxed);
-      messages::FrameFields fields;
-      fields.sequence = f->sequence();
-      fields.timestamp_ns = f->timestamp_ns();
-      fields.capture_time_ns = f->capture_time_ns();
-      fields.tensor = tensor;
-      fields.metadata = f->metadata();
-      fields.data = {f->data(), f->size()};
-      messages::encode_frame(b, fields);
+    } else if (!ch.encoding.empty()) {
+      ch.not_image.fetch_add(1, std::memory_order_relaxed);
     }
     f->release();  // copied: the producer may reuse the slot
     item.data = std::move(b);

@@ -13,27 +13,13 @@ import { loadDecompressHandlers } from "@mcap/support";
 import { CdrReader } from "@foxglove/cdr";
 import { readFile } from "node:fs/promises";
 import zlib from "node:zlib";
+import { firstPatternMismatch } from "./pattern.mjs";
 
 const [file, expectText] = process.argv.slice(2);
 const expect = JSON.parse(expectText);
 const failures = [];
 function check(ok, what) {
   if (!ok) failures.push(what);
-}
-
-// The payload pattern of tools/pattern.hpp: 64-bit word k of frame `sequence`.
-const M = (1n << 64n) - 1n;
-function patternWord(sequence, k) {
-  let x = (BigInt(sequence) * 0x9e3779b97f4a7c15n + BigInt(k) * 0xbf58476d1ce4e5b9n + 1n) & M;
-  x ^= x >> 31n;
-  return x;
-}
-function firstPatternMismatch(bytes, sequence) {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  for (let k = 0; k < Math.floor(bytes.length / 8); k++) {
-    if (view.getBigUint64(k * 8, true) !== patternWord(sequence, k)) return k;
-  }
-  return -1;
 }
 
 const data = new Uint8Array(await readFile(file));

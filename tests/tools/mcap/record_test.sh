@@ -17,18 +17,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$work"
 fail() { echo "record_test: FAIL: $*" >&2; exit 1; }
 
-command -v node >/dev/null || fail "node not found (scripts/install-deps.sh installs nodejs)"
-command -v npm >/dev/null || fail "npm not found (scripts/install-deps.sh installs npm)"
-# The test's npm packages, installed once per lock file into the build tree.
-node_dir=$work/node
-if ! cmp -s "$here/package-lock.json" "$node_dir/package-lock.json" 2>/dev/null ||
-   [[ ! -d $node_dir/node_modules ]]; then
-  rm -rf "$node_dir" && mkdir -p "$node_dir"
-  cp "$here/package.json" "$here/package-lock.json" "$node_dir/"
-  (cd "$node_dir" && npm ci --no-audit --no-fund --ignore-scripts >/dev/null) ||
-    fail "npm ci of $here/package-lock.json failed"
-fi
-cp "$here"/*.mjs "$node_dir/"
+# shellcheck source=node_setup.sh
+source "$here/node_setup.sh"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
