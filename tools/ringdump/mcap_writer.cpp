@@ -121,10 +121,17 @@ void Writer::flush_buffer() {
   out_.clear();
 }
 
-void Writer::write(const void* data, std::size_t bytes) {
-  if (in_summary_) {
+void Writer::combine_data_crc(std::uint32_t crc, std::uint64_t bytes) noexcept {
+  data_crc_ =
+      static_cast<std::uint32_t>(crc32_combine(data_crc_, crc, static_cast<z_off_t>(bytes)));
+}
+
+void Writer::write(const void* data, std::size_t bytes, bool crc_known) {
+  if (crc_known) {
+    // the caller combines the CRC
+  } else if (in_summary_) {
     summary_crc_ = crc32(summary_crc_, data, bytes);
-  } else {
+  } else if (options_.crc) {
     data_crc_ = crc32(data_crc_, data, bytes);
   }
   offset_ += bytes;
@@ -216,8 +223,10 @@ void Writer::flush_chunk() {
     put_u64(h, m.log_time);
     put_u64(h, m.publish_time);
     std::copy(h.begin(), h.end(), heads[i].begin());
-    crc = crc32(crc, heads[i].data(), kMessageHead);
-    crc = crc32(crc, m.data.data(), m.data.size());
+    if (options_.crc) {
+      crc = crc32(crc, heads[i].data(), kMessageHead);
+      crc = crc32(crc, m.data.data(), m.data.size());
+    }
     index[m.channel_id].emplace_back(m.log_time, at);
     if (i == 0 || m.log_time < start) start = m.log_time;
     if (i == 0 || m.log_time > end) end = m.log_time;
@@ -322,10 +331,12 @@ void Writer::flush_chunk() {
   if (records != nullptr) {
     write(records, records_bytes);
   } else {
+    // The records' CRC is the chunk's: one pass over a frame's bytes serves both CRCs.
     for (std::size_t i = 0; i < chunk_.size(); ++i) {
-      write(heads[i].data(), kMessageHead);
-      write(chunk_[i].data.data(), chunk_[i].data.size());
+      write(heads[i].data(), kMessageHead, true);
+      write(chunk_[i].data.data(), chunk_[i].data.size(), true);
     }
+    if (options_.crc) combine_data_crc(crc, uncompressed);
   }
   ci.length = offset_ - ci.offset;
 

@@ -65,6 +65,10 @@ struct WriterOptions {
   int zstd_level = 1;
   // A chunk is closed once its records reach this many bytes (a message is never split).
   std::uint64_t chunk_bytes = std::uint64_t{8} << 20;
+  // CRC-32 of each chunk's records and of the data section (the summary's is always written).
+  // Off: both are written as 0, which the format reads as "not computed" (one pass less over
+  // every frame's bytes).
+  bool crc = true;
   std::string profile;  // the Header's profile ("" or e.g. "ros2")
   std::string library = "ipcring ringdump";
 };
@@ -122,7 +126,10 @@ class Writer {
     std::string name;
   };
 
-  void write(const void* data, std::size_t bytes);  // buffered, to the file
+  // Buffered, to the file; the bytes join the running CRC (data section or summary) unless
+  // `crc_known`, when the caller adds their CRC itself (combine_data_crc).
+  void write(const void* data, std::size_t bytes, bool crc_known = false);
+  void combine_data_crc(std::uint32_t crc, std::uint64_t bytes) noexcept;
   void flush_buffer();
   void flush_chunk();
   void write_record(Op op, const Buffer& content);

@@ -12,6 +12,8 @@
 // the offset between the two clocks measured at the start (written into the file as metadata
 // `ipcring.recording`, so play can undo it). A capture time that already looks like UNIX time
 // (after 2001-09-09, 1e18 ns) is taken as it is.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -295,6 +297,7 @@ int cmd_record(const Commands& c) {
   mcap::WriterOptions wo;
   wo.compression = *compression;
   wo.chunk_bytes = static_cast<std::uint64_t>(c.chunk_mb * 1024 * 1024);
+  wo.crc = !c.no_crc;
   Shared shared{Budget(static_cast<std::uint64_t>(c.buffer_mb * 1024 * 1024)), {}, {}, 0, c.count};
   const std::uint64_t mono = clock_ns(CLOCK_MONOTONIC);
   shared.clock_offset_ns = clock_ns(CLOCK_REALTIME) - mono;
@@ -376,10 +379,16 @@ int cmd_record(const Commands& c) {
     if (!ch->error.empty()) rc = ipcring::tools::kExitError;
   }
   const auto& st = writer.stats();
-  std::printf("ringdump record: wrote %s: messages=%llu chunks=%llu bytes=%llu seconds=%.2f\n",
-              c.output.c_str(), static_cast<unsigned long long>(st.messages),
-              static_cast<unsigned long long>(st.chunks),
-              static_cast<unsigned long long>(st.file_bytes), seconds);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);  // every thread of ringdump: reading, copying, compressing, writing
+  const double cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                       static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  std::printf(
+      "ringdump record: wrote %s: messages=%llu chunks=%llu bytes=%llu seconds=%.2f "
+      "cpu_seconds=%.2f cpu_per_message_us=%.0f\n",
+      c.output.c_str(), static_cast<unsigned long long>(st.messages),
+      static_cast<unsigned long long>(st.chunks), static_cast<unsigned long long>(st.file_bytes),
+      seconds, cpu_s, st.messages != 0 ? cpu_s * 1e6 / static_cast<double>(st.messages) : 0.0);
   std::fflush(stdout);
   if (!write_error.empty()) {
     std::fprintf(stderr, "ringdump record: %s\n", write_error.c_str());
@@ -415,6 +424,9 @@ void add(CLI::App& app, Commands& c) {
       ->check(ipcring::tools::non_negative(1e6))
       ->capture_default_str();
   c.record->add_flag("--sync", c.sync, "fsync the file before exiting");
+  c.record->add_flag("--no-crc", c.no_crc,
+                     "Do not compute chunk and data CRCs (written as 0: not computed); saves a "
+                     "pass over every frame");
 
   c.info =
       app.add_subcommand("info", "Channels, message counts, duration and drops of an MCAP file");

@@ -35,6 +35,7 @@ struct Commands {
   std::vector<std::string> encodings;  // NAME=ENCODING for image channels
   double wait_s = 5;                   // for the channels to appear
   bool sync = false;                   // fsync the file at the end
+  bool no_crc = false;                 // write chunk and data section CRCs as 0 (not computed)
   // info and play
   std::string file;
   bool json = false;

@@ -43,12 +43,16 @@ check(stats !== undefined, "no Statistics record in the summary");
 check(reader.chunkIndexes.length > 0, "no chunk indexes");
 check(stats && stats.chunkCount === reader.chunkIndexes.length,
       `statistics say ${stats?.chunkCount} chunks, ${reader.chunkIndexes.length} chunk indexes`);
-check(reader.dataSectionCrc !== undefined, "DataEnd carries no data section CRC");
-const summaryStart = Number(reader.footer.summaryStart);
-const dataEndAt = summaryStart - 13; // DataEnd: opcode, length, crc
-const computed = zlib.crc32(data.subarray(0, dataEndAt));
-check(computed === reader.dataSectionCrc,
-      `data section CRC: file says ${reader.dataSectionCrc}, computed ${computed}`);
+if (expect.crc === false) { // ringdump record --no-crc: every CRC but the summary's is 0
+  check(reader.dataSectionCrc === undefined, `--no-crc: data CRC ${reader.dataSectionCrc}`);
+} else {
+  check(reader.dataSectionCrc !== undefined, "DataEnd carries no data section CRC");
+  const summaryStart = Number(reader.footer.summaryStart);
+  const dataEndAt = summaryStart - 13; // DataEnd: opcode, length, crc
+  const computed = zlib.crc32(data.subarray(0, dataEndAt));
+  check(computed === reader.dataSectionCrc,
+        `data section CRC: file says ${reader.dataSectionCrc}, computed ${computed}`);
+}
 
 const parts = ["image", "raw", "tensor"].filter((p) => expect[p]);
 for (const p of parts) {
@@ -84,17 +88,21 @@ if (all.length > 2) {
 }
 
 // ---- stream reading: every record in file order, chunk CRCs validated -----------------------
-const stream = new McapStreamReader({ decompressHandlers, validateCrcs: true });
+const stream = new McapStreamReader({ decompressHandlers, validateCrcs: true, includeChunks: true });
 stream.append(data);
 let streamMessages = 0, dataEnd = false, footer = false;
 const metadata = new Map();
+let chunkCrcs = 0;
 for (let r; (r = stream.nextRecord()); ) {
   if (r.type === "Message") streamMessages++;
+  if (r.type === "Chunk" && r.uncompressedCrc !== 0) chunkCrcs++;
   if (r.type === "DataEnd") dataEnd = true;
   if (r.type === "Footer") footer = true;
   if (r.type === "Metadata") metadata.set(r.name, r.metadata);
 }
 check(stream.done(), "the stream reader did not reach the end magic");
+check(expect.crc === false ? chunkCrcs === 0 : chunkCrcs === reader.chunkIndexes.length,
+      `${chunkCrcs} of ${reader.chunkIndexes.length} chunks carry a CRC`);
 check(dataEnd && footer, `DataEnd ${dataEnd}, Footer ${footer}`);
 check(streamMessages === all.length, `stream reader: ${streamMessages} messages`);
 const drops = metadata.get("ipcring.drops");

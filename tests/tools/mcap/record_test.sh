@@ -55,11 +55,15 @@ EOF
 node "$node_dir/check_recording.mjs" "$file" "$expect"
 
 # The other compressions: the same readers open them.
-for compression in lz4 none; do
-  f=$work/recording-$compression.mcap
-  "$tools/ringdump" record "$cam" "$raw" -o "$f" --count 20 --compression $compression >/dev/null
+# The other compressions, and --no-crc: the same readers open them.
+for variant in lz4 none "none --no-crc"; do
+  f=$work/recording-${variant// /}.mcap
+  # shellcheck disable=SC2086  # the variant's words are options
+  "$tools/ringdump" record "$cam" "$raw" -o "$f" --count 20 --compression $variant >/dev/null
+  crc=true
+  [[ $variant == *--no-crc* ]] && crc=false
   node "$node_dir/check_recording.mjs" "$f" \
-    "{\"count\": 20, \"image\": {\"topic\": \"$cam\", \"width\": 64, \"height\": 48, \"channels\": 3, \"encoding\": \"rgb8\"}, \"raw\": {\"topic\": \"$raw\", \"bytes\": 4096}}"
+    "{\"count\": 20, \"crc\": $crc, \"image\": {\"topic\": \"$cam\", \"width\": 64, \"height\": 48, \"channels\": 3, \"encoding\": \"rgb8\"}, \"raw\": {\"topic\": \"$raw\", \"bytes\": 4096}}"
 done
 
 "$tools/ringdump" info "$file" > "$work/info.out" || fail "ringdump info exited $?"
@@ -76,6 +80,19 @@ if "$tools/ringdump" info "$work/cut.mcap" > "$work/cut.out" 2>&1; then
   fail "info of a truncated file succeeded: $(cat "$work/cut.out")"
 fi
 grep -q "cut.mcap" "$work/cut.out" || fail "info of a truncated file: $(cat "$work/cut.out")"
+
+# A flipped byte inside a chunk is found by its CRC.
+cp "$work/recording-none.mcap" "$work/flipped.mcap"
+"$python" -c "
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+b[len(b) // 3] ^= 0xff
+open(p, 'wb').write(b)" "$work/flipped.mcap"
+if "$tools/ringdump" info "$work/flipped.mcap" > "$work/flipped.out" 2>&1; then
+  fail "info of a file with a flipped byte succeeded: $(cat "$work/flipped.out")"
+fi
+grep -q "CRC" "$work/flipped.out" || fail "info of a flipped byte: $(cat "$work/flipped.out")"
 
 # ---- play into new channels --------------------------------------------------------------------
 cleanup
