@@ -166,7 +166,8 @@ struct Channel {
   // Written by this channel's thread, read by the main thread after join (or as estimates).
   std::atomic<std::uint64_t> frames{0};
   std::atomic<std::uint64_t> drops{0};
-  std::atomic<std::uint64_t> not_image{0};  // frames of an image channel written as Frames
+  std::atomic<std::uint64_t> not_image{0};     // frames of an image channel written as Frames
+  std::atomic<std::uint64_t> writer_waits{0};  // 100 ms waits for the writer (buffer full)
   std::atomic<bool> done{false};
   std::string error;
   // MCAP channel ids (writer thread only): one per schema used, 0 until the first message.
@@ -193,9 +194,11 @@ void read_channel(Channel& ch, Shared& s, std::size_t index) {
     if (s.count != 0 && ch.frames.load(std::memory_order_relaxed) >= s.count) break;
     const std::size_t need = src.frame_bytes() + 4096 + 512;  // payload, metadata, CDR fields
     auto buffer = s.budget.take(need, milliseconds(100));
-    if (!buffer)
-      continue;  // the writer is behind: frames the producer publishes meanwhile are
-                 // lost to overruns, counted by the next frame's skipped()
+    if (!buffer) {  // the writer is behind: frames the producer publishes meanwhile are lost to
+                    // overruns, counted by the next frame's skipped()
+      ch.writer_waits.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     auto f = src.read(milliseconds(100));
     if (!f) {
       s.budget.give(std::move(*buffer));
@@ -369,9 +372,12 @@ int cmd_record(const Commands& c) {
     }
   }
   for (const auto& ch : channels) {
-    std::printf("ringdump record %s: frames=%llu drops=%llu%s%s\n", ch->name.c_str(),
-                static_cast<unsigned long long>(ch->frames.load()),
+    // writer_behind_ms: how long, at least, this channel waited for buffer room (the disk or
+    // the compression behind); drops without it mean the recorder was not scheduled in time.
+    std::printf("ringdump record %s: frames=%llu drops=%llu writer_behind_ms=%llu%s%s\n",
+                ch->name.c_str(), static_cast<unsigned long long>(ch->frames.load()),
                 static_cast<unsigned long long>(ch->drops.load()),
+                static_cast<unsigned long long>(ch->writer_waits.load() * 100),
                 ch->not_image.load() != 0
                     ? (" not_image=" + std::to_string(ch->not_image.load())).c_str()
                     : "",
