@@ -148,7 +148,7 @@ TEST_CASE(
 }
 
 TEST_CASE("messages: an Image round-trips and a lying one is refused with its values") {
-  const Buffer pixels = bytes_of(4 * 3 * 3, 7);
+  const Buffer pixels = bytes_of(std::size_t{4} * 3 * 3, 7);
   Buffer cdr;
   messages::encode_image(cdr, 1234567890123ULL, "cam", 3, 4, "rgb8",
                          {pixels.data(), pixels.size()});

@@ -112,7 +112,7 @@ const char* op_name(std::uint8_t op) {
 
 FileReader::FileReader(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + errno_text(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -126,7 +126,7 @@ FileReader::FileReader(const std::string& path) : path_(path) {
   }
   void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
-  if (m == MAP_FAILED) throw std::runtime_error(path + ": mmap failed: " + std::strerror(errno));
+  if (m == MAP_FAILED) throw std::runtime_error(path + ": mmap failed: " + errno_text(errno));
   map_ = static_cast<const std::byte*>(m);
   if (std::memcmp(map_, kMagic, sizeof kMagic) != 0) {
     ::munmap(const_cast<std::byte*>(map_), size_);

@@ -23,10 +23,15 @@ namespace {
 constexpr std::size_t kMessageHead = 1 + 8 + 2 + 4 + 8 + 8;
 
 std::runtime_error system_error(const std::string& path, const char* what) {
-  return std::runtime_error(path + ": " + what + ": " + std::strerror(errno));
+  return std::runtime_error(path + ": " + what + ": " + errno_text(errno));
 }
 
 }  // namespace
+
+std::string errno_text(int error) {
+  char text[256];
+  return ::strerror_r(error, text, sizeof text);  // the GNU strerror_r: returns the text
+}
 
 const char* to_string(Compression compression) noexcept {
   switch (compression) {

@@ -54,6 +54,9 @@ enum class Compression { none, zstd, lz4 };
 const char* to_string(Compression compression) noexcept;
 std::optional<Compression> parse_compression(std::string_view text) noexcept;
 
+// The system's text for an errno value (strerror_r: strerror is not thread-safe).
+std::string errno_text(int error);
+
 // CRC-32 (ISO-HDLC, zlib's), continued from `crc` (0 to start).
 std::uint32_t crc32(std::uint32_t crc, const void* data, std::size_t bytes) noexcept;
 

@@ -377,7 +377,7 @@ int cmd_record(const Commands& c) {
     std::printf("ringdump record %s: frames=%llu drops=%llu writer_behind_ms=%llu%s%s\n",
                 ch->name.c_str(), static_cast<unsigned long long>(ch->frames.load()),
                 static_cast<unsigned long long>(ch->drops.load()),
-                static_cast<unsigned long long>(ch->writer_waits.load() * 100),
+                static_cast<unsigned long long>(ch->writer_waits.load()) * 100ULL,
                 ch->not_image.load() != 0
                     ? (" not_image=" + std::to_string(ch->not_image.load())).c_str()
                     : "",
