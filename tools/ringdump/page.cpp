@@ -114,6 +114,7 @@ function draw(target, data) {
   if (target.canvas.height !== height) target.canvas.height = height;
   target.canvas.getContext("2d").putImageData(image, 0, 0);
   target.frames++;
+  target.canvas.dataset.frames = String(target.frames);
   target.caption.textContent = `${target.topic}  ${width}x${height} ${encoding}  frame ${target.frames}`;
   window.ringdump.framesDrawn++;
 }

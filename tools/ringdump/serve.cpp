@@ -44,6 +44,9 @@ using Json = nlohmann::ordered_json;
 using namespace std::chrono;
 
 constexpr const char* kSubprotocol = "foxglove.websocket.v1";
+// What one client may ask for: control messages are small JSON, subscriptions a few per channel.
+constexpr std::size_t kMaxSubscriptions = 1024;
+constexpr std::size_t kMaxClientMessage = std::size_t{64} * 1024;
 
 std::uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
@@ -245,6 +248,7 @@ void Client::start(http::request<http::string_body> request) {
     r.set(http::field::server, "ringdump serve");
   }));
   ws_.write_buffer_bytes(1 << 16);
+  ws_.read_message_max(kMaxClientMessage);
   ws_.async_accept(request, [self = shared_from_this()](beast::error_code ec) {
     if (ec) return;
     self->hub_.join(self);
@@ -291,8 +295,16 @@ void Client::on_text(const std::string& text) {
         status(2, "subscribe: channel " + std::to_string(channel) + " is not advertised");
         continue;
       }
-      std::lock_guard lock(m_);
-      subscriptions_[id] = channel;
+      bool full = false;
+      {
+        std::lock_guard lock(m_);
+        full = subscriptions_.size() >= kMaxSubscriptions && subscriptions_.count(id) == 0;
+        if (!full) subscriptions_[id] = channel;
+      }
+      if (full) {
+        status(2, "subscribe: at most " + std::to_string(kMaxSubscriptions) +
+                      " subscriptions per client");
+      }
     }
   } else if (op == "unsubscribe" && j.contains("subscriptionIds") &&
              j["subscriptionIds"].is_array()) {

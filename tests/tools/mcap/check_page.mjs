@@ -1,9 +1,9 @@
 // Opens ringdump serve's own page in headless Chromium (Debian's chromium, driven over the
-// DevTools protocol), waits until it has drawn frames, takes a screenshot of the first canvas and
-// checks its pixels: they must be the rgb8 test pattern of one frame (recovered from its first
-// word), exactly, pixel for pixel.
+// DevTools protocol), waits until it has drawn frames of TOPIC, takes a screenshot of that
+// channel's canvas and checks its pixels: they must be the rgb8 test pattern of one frame
+// (recovered from its first word), exactly, pixel for pixel.
 //
-//   node check_page.mjs URL WIDTH HEIGHT WORK_DIR [CHROMIUM]
+//   node check_page.mjs URL TOPIC WIDTH HEIGHT WORK_DIR [CHROMIUM]
 import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import path from "node:path";
@@ -11,7 +11,8 @@ import zlib from "node:zlib";
 import WebSocket from "ws";
 import { firstPatternMismatch, originSequence } from "./pattern.mjs";
 
-const [url, widthText, heightText, work, chromiumPath = "chromium"] = process.argv.slice(2);
+const [url, topic, widthText, heightText, work, chromiumPath = "chromium"] = process.argv.slice(2);
+const canvasSelector = `canvas[data-topic="${topic}"]`;
 const width = Number(widthText), height = Number(heightText);
 let browser;
 function fail(what) {
@@ -63,16 +64,17 @@ async function evaluate(expression) {
   return r.result.value;
 }
 let drawn = 0;
+const framesOf = `Number(document.querySelector('${canvasSelector}')?.dataset.frames ?? 0)`;
 for (let i = 0; i < 300 && drawn < 5; i++) {
-  drawn = (await evaluate("window.ringdump ? window.ringdump.framesDrawn : 0")) ?? 0;
+  drawn = (await evaluate(framesOf)) ?? 0;
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
-if (drawn < 5) fail(`the page drew ${drawn} frames in 30 s`);
+if (drawn < 5) fail(`the page drew ${drawn} frames of ${topic} in 30 s`);
 const rect = await evaluate(
-  "JSON.stringify(document.querySelector('canvas').getBoundingClientRect())");
+  `JSON.stringify(document.querySelector('${canvasSelector}').getBoundingClientRect())`);
 const box = JSON.parse(rect);
 if (Math.round(box.width) !== width || Math.round(box.height) !== height) {
-  fail(`canvas is ${box.width}x${box.height}, want ${width}x${height}`);
+  fail(`the canvas of ${topic} is ${box.width}x${box.height}, want ${width}x${height}`);
 }
 const shot = await send("Page.captureScreenshot", {
   format: "png",
@@ -134,6 +136,6 @@ if (bad !== -1) {
   fail(`screenshot pixel word ${bad} (pixel ${Math.floor(bad * 8 / 3)}) is not the pattern of ` +
        `frame ${sequence} (saved as ${path.join(work, "page.png")})`);
 }
-console.log(`check_page: ok: ${drawn}+ frames drawn; the ${w}x${h} screenshot is frame ` +
+console.log(`check_page: ok: ${drawn}+ frames of ${topic} drawn; the ${w}x${h} screenshot is frame ` +
             `${sequence}'s pattern, every pixel`);
 process.exit(0);

@@ -44,8 +44,12 @@ if (mode === "client") {
   const client = new FoxgloveClient({
     ws: new WebSocket(wsUrl, [FoxgloveClient.SUPPORTED_SUBPROTOCOL]),
   });
-  let serverInfo = false, got = 0, sequences = new Set();
-  client.on("serverInfo", () => { serverInfo = true; });
+  let serverInfo = false, got = 0, sequences = new Set(), refused = "";
+  client.on("serverInfo", () => {
+    serverInfo = true;
+    client.subscribe(9999); // not advertised: the server must say so
+  });
+  client.on("status", (s) => { if (s.level === 2) refused = s.message; });
   client.on("error", (e) => fail(`client error ${e}`));
   client.on("advertise", (channels) => {
     for (const ch of channels) {
@@ -70,6 +74,9 @@ if (mode === "client") {
     sequences.add(sequence);
     if (++got === want) {
       if (!serverInfo) fail("no serverInfo before the frames");
+      if (!refused.includes("channel 9999 is not advertised")) {
+        fail(`a subscription to channel 9999 got no error status (got "${refused}")`);
+      }
       console.log(`check_serve client: ok: ${got} frames (${sequences.size} distinct) of ` +
                   `${topic} ${width}x${height} rgb8, every pixel the pattern`);
       client.close();

@@ -52,7 +52,7 @@ curl_page=$(node -e "fetch('$url').then(r => r.text()).then(t => console.log(t))
 
 node "$node_dir/check_serve.mjs" client "$url" "$cam" 64 48 20
 node "$node_dir/check_serve.mjs" slow "$url" "$big" 3
-node "$node_dir/check_page.mjs" "$url" 64 48 "$work" "$chromium"
+node "$node_dir/check_page.mjs" "$url" "$cam" 64 48 "$work" "$chromium"
 
 # --max-rate: a second server, at most 10 frames/s per channel.
 "$tools/ringdump" serve "$cam" --port 0 --max-rate 10 > "$work/serve2.out" 2>"$work/serve2.err" &
