@@ -62,4 +62,13 @@ inline TensorDesc tensor(std::size_t bytes) noexcept {
   return TensorDesc::contiguous(DType::uint, 8, {static_cast<std::int64_t>(bytes)});
 }
 
+// A tensor ringpub may describe its `bytes` pattern bytes as: pattern::tensor(bytes), or (ringpub
+// --image) a contiguous uint8 tensor of 2 or 3 dimensions with exactly `bytes` elements.
+inline bool is_pattern_tensor(const TensorDesc& t, std::size_t bytes) noexcept {
+  if (t == tensor(bytes)) return true;
+  return t.dtype_code == static_cast<std::uint8_t>(DType::uint) && t.dtype_bits == 8 &&
+         (t.ndim == 2 || t.ndim == 3) && t.byte_offset == 0 && t.is_contiguous() &&
+         t.elements() == bytes;
+}
+
 }  // namespace ipcring::pattern

@@ -138,6 +138,7 @@ int run(int argc, char** argv) {
   std::string from;
   std::string dtype = "uint8";
   std::string shape;
+  std::string image;
   app.add_option("name", name, "Channel name ([A-Za-z0-9_-], at most 200)")->required();
   app.add_option("--slots", cfg.slots, "Frame buffers in the pool")
       ->check(ipcring::tools::count(0, UINT32_MAX))
@@ -178,8 +179,26 @@ int run(int argc, char** argv) {
   app.add_option("--mode", mode, "Permission bits of the segments (octal, e.g. 0660)")
       ->transform(ipcring::tools::octal_mode)
       ->default_str("0600");
+  app.add_option("--image", image,
+                 "WxHxC: describe each frame as a uint8 (H, W, C) image (sets --frame-bytes); the "
+                 "payload is the same pattern")
+      ->check([](const std::string& v) {
+        unsigned w = 0, h = 0, c = 0;
+        char tail = 0;
+        return std::sscanf(v.c_str(), "%ux%ux%u%c", &w, &h, &c, &tail) == 3 && w > 0 && h > 0 &&
+                       c > 0 && w <= 65536 && h <= 65536 && c <= 4
+                   ? std::string()
+                   : "--image " + v + ": want WxHxC, e.g. 640x480x3 (C at most 4)";
+      });
   if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
   cfg.mode = mode;
+  ipcring::TensorDesc tensor = ipcring::pattern::tensor(cfg.frame_bytes);
+  if (!image.empty()) {
+    unsigned w = 0, h = 0, c = 0;
+    std::sscanf(image.c_str(), "%ux%ux%u", &w, &h, &c);
+    cfg.frame_bytes = std::size_t{w} * h * c;
+    tensor = ipcring::TensorDesc::contiguous(ipcring::DType::uint, 8, {h, w, c});
+  }
   std::vector<Source> sources;
   if (!from.empty()) {
     try {
@@ -248,8 +267,9 @@ int run(int argc, char** argv) {
     std::size_t bytes = cfg.frame_bytes;
     if (sources.empty()) {
       ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
-      // Describe the frame (uint8 bytes) and when it was made, so readers and ringdump see both.
-      loan->set_tensor(ipcring::pattern::tensor(cfg.frame_bytes));
+      // Describe the frame (uint8 bytes, or an image) and when it was made, so readers and
+      // ringdump see both.
+      loan->set_tensor(tensor);
     } else {
       const Source& s = sources[published % sources.size()];
       bytes = s.data.size();

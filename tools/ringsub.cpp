@@ -97,16 +97,16 @@ int run(int argc, char** argv) {
     std::uint64_t seq = f->sequence();
     bool bad = origin && !ipcring::pattern::origin_sequence(f->data(), f->size(), seq);
     bad = bad || !ipcring::pattern::check(f->data(), f->size(), seq);
-    // ringpub describes its frames as uint8 bytes; a frame without that tensor is counted (a
-    // producer other than ringpub, or a relay such as ringbridge import, which carries no tensor),
-    // one with another tensor is corrupt.
+    // ringpub describes its frames as uint8 bytes (or, with --image, as a uint8 image covering
+    // them); a frame without a tensor is counted (a producer other than ringpub, or a relay such
+    // as ringbridge import, which carries no tensor), one with another tensor is corrupt.
     // With --origin-sequence, a relay may describe the same bytes as an image (ringbridge import
     // --ros2: (H, W, C) uint8): any contiguous uint8 tensor of all the frame's bytes is right.
     if (const auto t = f->tensor()) {
       const bool relayed_bytes =
           origin && t->dtype_code == ipcring::pattern::tensor(1).dtype_code && t->dtype_bits == 8 &&
           t->is_contiguous() && t->byte_offset == 0 && t->elements() == f->size();
-      if (!(*t == ipcring::pattern::tensor(f->size())) && !relayed_bytes) bad = true;
+      if (!ipcring::pattern::is_pattern_tensor(*t, f->size()) && !relayed_bytes) bad = true;
     } else {
       ++untyped;
     }

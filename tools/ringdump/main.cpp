@@ -8,6 +8,8 @@
 //   ringdump rm NAME [--force]          removes a channel (refuses a live one without --force)
 //   ringdump gc [PATTERN...] [--force]  removes every channel whose processes are all dead
 //   ringdump echo|hz|bw NAME            frames as a reader sees them (stream.hpp)
+//   ringdump record|info|play           frames into and out of MCAP files (record.hpp)
+//   ringdump serve NAME...              live view: Foxglove WebSocket, and a page (serve.hpp)
 //
 // Looking (list, show, watch, check) only calls ipcring::inspect() and list_channels(), which
 // take no lease and reap nothing: running ringdump never changes what producer and readers see.
@@ -21,14 +23,17 @@
 // The files of ringdump: main.cpp (the command line), commands.cpp (show, watch, check, list),
 // repair.cpp (reap, rm, gc), stream.cpp (echo, hz, bw), json.cpp (--json, from the Snapshot
 // schema), render.cpp (the text views), health.cpp (rates, check's reasons), format.cpp (units,
-// colour).
+// colour), record.cpp, info.cpp, play.cpp (MCAP files: mcap_writer, mcap_reader, messages),
+// serve.cpp and page.cpp (the live view).
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "ringdump/record.hpp"
 #include "ringdump/ringdump.hpp"
+#include "ringdump/serve.hpp"
 #include "ringdump/stream.hpp"
 
 namespace ringdump {
@@ -102,6 +107,10 @@ int run(int argc, char** argv) {
 
   stream::Commands streaming;
   stream::add(app, streaming);
+  record::Commands recording;
+  record::add(app, recording);
+  serve::Commands serving;
+  serve::add(app, serving);
 
   if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
 
@@ -125,6 +134,8 @@ int run(int argc, char** argv) {
     if (rm->parsed()) return cmd_rm(name, force);
     if (gc->parsed()) return cmd_gc(patterns, force, dry_run);
     if (const auto rc = stream::run(streaming)) return *rc;
+    if (const auto rc = record::run(recording)) return *rc;
+    if (const auto rc = serve::run(serving)) return *rc;
   } catch (const ipcring::Error& e) {
     return report(e);
   } catch (const std::exception& e) {
