@@ -144,7 +144,7 @@ int run(int argc, char** argv) {
       ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
   app.add_option("--readers", cfg.max_readers,
-                 "Reader entries: readers attached at once (ringdump show/list/check take none)")
+                 "Reader entries: readers attached at once (ringdump and observers take none)")
       ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
   app.add_option("--max-held", cfg.max_held, "Frames one reader may hold")

@@ -407,12 +407,19 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
     close_all(fds, count);
     throw Error(code, ch + what);
   };
+  if (got < 0 && (err == ECONNRESET || err == EPIPE)) {
+    fail(Errc::not_found, "its producer ended while answering on " + h.socket);
+  }
   if (got < 0) {
     if (err == EAGAIN || err == EWOULDBLOCK) {
       fail(Errc::channel_busy, "its producer did not answer on " + h.socket + " within " +
                                    std::to_string(ms) + " ms (stalled?)");
     }
     fail(Errc::system_error, "recvmsg on " + h.socket + ": " + errno_text(err));
+  }
+  if (got == 0) {
+    // Connected, then closed with no answer: the producer ended (or was killed) while answering.
+    fail(Errc::not_found, "its producer ended while answering on " + h.socket);
   }
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
       static_cast<std::size_t>(got) != sizeof h.message || h.message.magic != kHandoutMagic) {

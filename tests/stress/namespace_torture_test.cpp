@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -92,7 +93,9 @@ int reader_role(const std::string& name, Board* board, std::uint64_t seed) {
     auto f = r->read(20ms);
     if (!f) {
       if (f.status() == Status::evicted) {
-        board->live_evicted.fetch_add(1);  // a live reader was reaped
+        board->live_evicted.fetch_add(1);  // a live reader was reaped, or could not follow
+        const std::string why(r->follow_error());
+        std::fprintf(stderr, "evicted reader: %s\n", why.empty() ? "reaped while alive" : why.c_str());
         return 0;
       }
       if (f.status() == Status::producer_gone) board->gone.fetch_add(1);
