@@ -550,6 +550,18 @@ def check_wrong_device_errors(channel):
             assert host in str(e)
 
 
+def check_observer_refused_on_cuda_channel(channel):
+    # Observers copy frames with the CPU: a CUDA channel refuses them, naming the channel.
+    with producer(channel):
+        try:
+            ipcring.Reader(channel, observer=True)
+            raise AssertionError("an observer attached to a CUDA channel")
+        except ipcring.Unsupported as e:
+            assert channel in str(e) and "observers read host channels only" in str(e), str(e)
+        with ipcring.Reader(channel) as r:  # a reader still attaches
+            assert not r.observer
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 if __name__ == "__main__":

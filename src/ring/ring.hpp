@@ -20,6 +20,8 @@
 //    payload written before P2 are visible (invariant 3).
 //  * A release can never clear another reader's bit: it clears only its own bit, and only while the
 //    generation is the one it claimed.
+// Observers (ring/observe.hpp, docs/observers.md) set no bit: they copy a frame and re-check its
+// slot afterwards, relying on the producer's (P1o) fence after each claim.
 // Estimates. head and the telemetry counters are exact only when nobody is publishing; readers use
 // head as a hint and always confirm through the log entry and the descriptor.
 #pragma once

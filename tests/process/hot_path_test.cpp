@@ -66,6 +66,8 @@ TEST_CASE("loan/publish/try_read/release make no system call when no reader slee
     auto p = Producer::create(ch.name(), cfg);
     auto latest = Reader::attach(ch.name());
     auto sequential = Reader::attach(ch.name(), {.policy = ReadPolicy::sequential});
+    // An observer's copy and re-check too (its buffer was allocated at attach).
+    auto observer = Reader::attach(ch.name(), {.observer = true});
     // Warm up: first touches of every page (page faults are not system calls, but keep the
     // measured loop about the protocol), the periodic reap included.
     for (int i = 0; i < 64; ++i) {
@@ -75,6 +77,7 @@ TEST_CASE("loan/publish/try_read/release make no system call when no reader slee
       p.publish(std::move(*l), 64);
       auto f = latest.try_read();
       auto g = sequential.try_read();
+      auto o = observer.try_read();
     }
     if (!install_no_syscall_filter()) return 77;
     for (int i = 0; i < 20000; ++i) {
@@ -86,8 +89,11 @@ TEST_CASE("loan/publish/try_read/release make no system call when no reader slee
       if (!f) return 12;
       auto g = sequential.try_read();
       if (!g) return 13;
+      auto o = observer.try_read();
+      if (!o) return 14;
       f->release();
       g->release();
+      o->release();
     }
     _exit(0);  // skip the destructors: closing makes system calls, and the filter is still on
   });

@@ -234,7 +234,8 @@ TEST_CASE("too_many_readers says what to do") {
   producer.wait_report();
   auto reader = spawn_reader(ch.name(), false);
   reader.wait_report();
-  // The one entry is held: a second reader is refused, and told which option sizes the entries.
+  // The one entry is held: a second reader is refused, and told which option sizes the entries
+  // and which tools need none (ringdump echo reads as an observer: it works here).
   const ToolResult full = run_tool({RINGSUB_PATH, ch.name(), "--count", "1"});
   INFO(describe(full));
   CHECK(full.rc == 1);
@@ -243,4 +244,8 @@ TEST_CASE("too_many_readers says what to do") {
                  "ringsub: the producer's --readers N (ringpub, ringbridge import; "
                  "max_readers in the library) sizes the reader entries; ringdump show, "
                  "list, check, watch, echo, hz and bw take none"));
+  const ToolResult echo = run_tool({RINGDUMP_PATH, "echo", ch.name(), "--count", "1"});
+  INFO(describe(echo));
+  CHECK(echo.rc == 0);
+  CHECK(contains(echo.out, "--- frame "));
 }
