@@ -114,6 +114,22 @@ check(metadata.has("ipcring.recording"), "no ipcring.recording metadata");
 check(reader.metadataIndexes.length === metadata.size,
       `${reader.metadataIndexes.length} metadata indexes for ${metadata.size} metadata records`);
 
+// The drops written for a channel are exactly the frames missing between its recorded sequence
+// numbers (EXPECT_JSON "gaps": {"topic": TOPIC, "at_least": N}).
+if (expect.gaps) {
+  const channel = topics.get(expect.gaps.topic)?.channel;
+  const sequences = all.filter((m) => m.channelId === channel?.id).map((m) => m.sequence);
+  let missing = 0;
+  for (let i = 1; i < sequences.length; i++) missing += sequences[i] - sequences[i - 1] - 1;
+  const written = Number(drops?.get(expect.gaps.topic));
+  check(missing === written,
+        `${expect.gaps.topic}: ${missing} frames missing between its sequence numbers, ` +
+        `ipcring.drops says ${written}`);
+  check(missing >= expect.gaps.at_least,
+        `${expect.gaps.topic}: ${missing} frames missing, want at least ${expect.gaps.at_least}`);
+  console.log(`check_recording: ${expect.gaps.topic}: ${missing} dropped frames, as written`);
+}
+
 // ---- the messages, decoded ----------------------------------------------------------------
 function readFrame(bytes) {
   const r = new CdrReader(bytes);
