@@ -7,6 +7,7 @@ set -euo pipefail
 
 core=(cmake g++ make pkg-config doctest-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev)
 core+=(libzstd-dev liblz4-dev zlib1g-dev)  # ringdump record/play: MCAP chunk compression, CRC-32
+core+=(libboost-dev)  # ringdump serve: Boost.Beast (WebSocket, HTTP); ringbench's message_queue baseline
 extra=(clang libclang-rt-14-dev clang-tidy spin python3-dev pybind11-dev libdlpack-dev
        python3-numpy python3-pytest python3-torch iceoryx libiceoryx-posh-dev
        libiceoryx-hoofs-dev gnuplot-nox g++-aarch64-linux-gnu qemu-user file git)

@@ -430,8 +430,7 @@ NameInfo inspect_name_in(const detail::ChannelDirectory& d) {
   info.lock_path = d.shown_path(kLockSuffix);
   info.socket_path = d.shown_path(kSocketSuffix);
   struct stat sock {};
-  const bool has_socket = fstatat(d.fd(), (d.leaf() + std::string(kSocketSuffix)).c_str(), &sock,
-                                  AT_SYMLINK_NOFOLLOW) == 0;
+  const bool has_socket = fstatat(d.fd(), d.socket_file().c_str(), &sock, AT_SYMLINK_NOFOLLOW) == 0;
   switch (probe_name_lock(d.fd(), d.leaf(), &info.holder)) {
     case NameLockState::held:
       info.state = NameState::live;
@@ -471,8 +470,8 @@ bool remove_channel(std::string_view name, bool force) {
     if (e.code() == Errc::not_found) return false;
     throw;
   }
-  const std::string lock_file = d.leaf() + std::string(kLockSuffix);
-  const std::string socket_file = d.leaf() + std::string(kSocketSuffix);
+  const std::string lock_file = d.lock_file();
+  const std::string socket_file = d.socket_file();
   const NameInfo info = inspect_name_in(d);
   switch (info.state) {
     case NameState::missing:

@@ -54,7 +54,7 @@ class FakeProducer {
   explicit FakeProducer(const std::string& name, unsigned mode = 0600)
       : dir_(detail::ChannelDirectory::open(name, {}, true)),
         lock_(detail::NameLock::take(dir_, name, mode)) {
-    const std::string file = dir_.leaf() + std::string(detail::kSocketSuffix);
+    const std::string file = dir_.socket_file();
     unlinkat(dir_.fd(), file.c_str(), 0);
     listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     sockaddr_un sa{};
@@ -73,7 +73,7 @@ class FakeProducer {
     stop_ = true;
     thread_.join();
     close(listen_fd_);
-    unlinkat(dir_.fd(), (dir_.leaf() + std::string(detail::kSocketSuffix)).c_str(), 0);
+    unlinkat(dir_.fd(), (dir_.socket_file()).c_str(), 0);
     lock_.remove_name(dir_);
     set({}, {});
   }

@@ -127,6 +127,8 @@ ChannelDirectory::~ChannelDirectory() {
 ChannelDirectory::ChannelDirectory(ChannelDirectory&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       leaf_(std::move(other.leaf_)),
+      lock_file_(std::move(other.lock_file_)),
+      socket_file_(std::move(other.socket_file_)),
       base_(std::move(other.base_)),
       channel_(std::move(other.channel_)),
       trust_(other.trust_),
@@ -138,6 +140,8 @@ ChannelDirectory& ChannelDirectory::operator=(ChannelDirectory&& other) noexcept
     if (fd_ >= 0) close(fd_);
     fd_ = std::exchange(other.fd_, -1);
     leaf_ = std::move(other.leaf_);
+    lock_file_ = std::move(other.lock_file_);
+    socket_file_ = std::move(other.socket_file_);
     base_ = std::move(other.base_);
     channel_ = std::move(other.channel_);
     trust_ = other.trust_;
@@ -155,6 +159,8 @@ ChannelDirectory ChannelDirectory::open(std::string_view channel, std::string_vi
   d.base_ = channel_directory(dir_option);
   d.channel_ = std::string(channel);
   d.leaf_ = std::string(name_leaf(channel));
+  d.lock_file_ = d.leaf_ + std::string(kLockSuffix);
+  d.socket_file_ = d.leaf_ + std::string(kSocketSuffix);
   if (d.base_.empty() || d.base_.front() != '/') {
     throw Error(Errc::invalid_argument, channel_prefix(channel) + "the channel directory '" +
                                             d.base_ + "' is not an absolute path");

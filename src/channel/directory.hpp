@@ -49,6 +49,10 @@ class ChannelDirectory {
   // subdirectory), and the channel's last component.
   int fd() const noexcept { return fd_; }
   const std::string& leaf() const noexcept { return leaf_; }
+  // "<leaf>.lock" and "<leaf>.sock", relative to fd() (made once: the name's defence, which runs
+  // on the producer's socket thread every period, allocates nothing).
+  const std::string& lock_file() const noexcept { return lock_file_; }
+  const std::string& socket_file() const noexcept { return socket_file_; }
   const std::string& base_path() const noexcept { return base_; }
   const DirectoryTrust& trust() const noexcept { return trust_; }
   // "/proc/self/fd/<fd>/<leaf><suffix>": a path to one of the channel's files that is short
@@ -62,6 +66,8 @@ class ChannelDirectory {
  private:
   int fd_ = -1;
   std::string leaf_;
+  std::string lock_file_;
+  std::string socket_file_;
   std::string base_;
   std::string channel_;
   DirectoryTrust trust_;

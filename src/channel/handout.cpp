@@ -120,7 +120,7 @@ ChannelServer::ChannelServer(std::string channel, ChannelDirectory dir, NameLock
     if (listen_fd_ >= 0) {
       forget_in_fork_child(listen_fd_);
       close(listen_fd_);
-      unlinkat(dir_.fd(), (dir_.leaf() + std::string(kSocketSuffix)).c_str(), 0);
+      unlinkat(dir_.fd(), dir_.socket_file().c_str(), 0);
     }
     if (stop_fd_ >= 0) close(stop_fd_);
     if (memory_.frames_fd >= 0) close(memory_.frames_fd);
@@ -140,7 +140,7 @@ ChannelServer::~ChannelServer() {
   if (thread_.joinable()) thread_.join();
   if (owns_name()) {
     // Clean exit: the socket's name first (no new reader finds us), then the lock's.
-    if (socket_named()) unlinkat(dir_.fd(), (dir_.leaf() + std::string(kSocketSuffix)).c_str(), 0);
+    if (socket_named()) unlinkat(dir_.fd(), dir_.socket_file().c_str(), 0);
     lock_.remove_name(dir_);
   }
   if (listen_fd_ >= 0) {
@@ -153,13 +153,13 @@ ChannelServer::~ChannelServer() {
 
 bool ChannelServer::socket_named() const noexcept {
   struct stat st {};
-  const std::string file = dir_.leaf() + std::string(kSocketSuffix);
+  const std::string& file = dir_.socket_file();
   return fstatat(dir_.fd(), file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
          st.st_dev == socket_dev_ && st.st_ino == socket_ino_;
 }
 
 void ChannelServer::bind_socket() {
-  const std::string file = dir_.leaf() + std::string(kSocketSuffix);
+  const std::string& file = dir_.socket_file();
   const std::string shown = dir_.shown_path(kSocketSuffix);
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
@@ -322,7 +322,7 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
   const std::string ch = channel_prefix(channel);
   Handout h;
   h.socket = dir.shown_path(kSocketSuffix);
-  const std::string file = dir.leaf() + std::string(kSocketSuffix);
+  const std::string& file = dir.socket_file();
   struct stat st {};
   if (fstatat(dir.fd(), file.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     throw Error(Errc::not_found, ch + "no such channel (" + h.socket +
@@ -522,8 +522,7 @@ OpenedSegment open_channel(std::string_view channel, std::string_view dir,
                                        h.message.frames_bytes);
   opened.owner_uid = static_cast<std::uint32_t>(h.producer.uid);
   struct stat st {};
-  if (fstatat(d.fd(), (d.leaf() + std::string(kSocketSuffix)).c_str(), &st, AT_SYMLINK_NOFOLLOW) ==
-      0) {
+  if (fstatat(d.fd(), d.socket_file().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     opened.mode = st.st_mode & 07777;
   }
   return opened;

@@ -69,7 +69,7 @@ NameLock& NameLock::operator=(NameLock&& other) noexcept {
 }
 
 NameLock NameLock::take(const ChannelDirectory& dir, std::string_view channel, unsigned mode) {
-  const std::string file = dir.leaf() + std::string(kLockSuffix);
+  const std::string& file = dir.lock_file();
   const std::string shown = dir.shown_path(kLockSuffix);
   for (int attempt = 0; attempt < 16; ++attempt) {
     int fd = openat(dir.fd(), file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -155,7 +155,7 @@ void NameLock::record_epoch(std::uint64_t epoch) noexcept {
 }
 
 bool NameLock::still_named(const ChannelDirectory& dir) const noexcept {
-  const std::string file = dir.leaf() + std::string(kLockSuffix);
+  const std::string& file = dir.lock_file();
   struct stat st {};
   return fstatat(dir.fd(), file.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
          st.st_ino == ino_;
@@ -164,7 +164,7 @@ bool NameLock::still_named(const ChannelDirectory& dir) const noexcept {
 void NameLock::remove_name(const ChannelDirectory& dir) noexcept {
   // Only our own file: a removal and a new producer's lock file may have replaced it.
   if (fd_ >= 0 && still_named(dir)) {
-    unlinkat(dir.fd(), (dir.leaf() + std::string(kLockSuffix)).c_str(), 0);
+    unlinkat(dir.fd(), dir.lock_file().c_str(), 0);
   }
 }
 

@@ -381,16 +381,28 @@ TEST_CASE("loan never waits on another process's lock; one stalled channel stall
   publish(pa, 0);
   const pid_t holder = spawn([&] {
     auto r = Reader::attach(a.name());
-    auto f = r.read(1s);
+    holding->store(1);
+    auto f = r.read(5s);
+    holding->store(2);
     const int fd = test::control_fd_of(a.name());
+    holding->store(3);
     const std::string proc = "/proc/self/fd/" + std::to_string(fd);
     const int own = open(proc.c_str(), O_RDONLY);
     if (!f || own < 0 || flock(own, LOCK_EX) != 0) return 70;
-    holding->store(1);
+    holding->store(10);
     raise(SIGSTOP);
     return 0;
   });
-  REQUIRE(eventually([&] { return holding->load() == 1; }));
+  struct Reaped {
+    pid_t pid;
+    ~Reaped() {
+      kill(pid, SIGKILL);
+      wait_exit(pid);
+    }
+  } reaped{holder};
+  const bool held = eventually([&] { return holding->load() == 10; }, 30s);
+  INFO("the holder reached step " << holding->load() << " (1 attached, 2 read, 3 fetched)");
+  REQUIRE(held);
 
   // A's producer: every loan is quick (p99 under a millisecond) and none fails.
   std::vector<std::uint64_t> ns;
@@ -440,8 +452,6 @@ TEST_CASE("loan never waits on another process's lock; one stalled channel stall
   MESSAGE(cycles << " attach/read/detach cycles of B while A's repair lock was held elsewhere");
   CHECK(cycles > 20);
   CHECK(a_result.load() == 2);  // refused after its bounded wait, naming the lock
-  kill(holder, SIGKILL);
-  wait_exit(holder);
 }
 
 TEST_CASE("destroy a Reader, release its last frame, attach again: never refused") {
