@@ -72,7 +72,9 @@ bool observe_confirm(const SegmentView& view, const CursorState& state,
   Slot& slot = view.slot(seen.slot);
   // (O3) acquire fence, pairs with (P1o): a copy that read any write made after the producer's
   // next claim of this slot sees that claim (or later) in the load below.
+#if !defined(__SANITIZE_THREAD__)
   std::atomic_thread_fence(std::memory_order_acquire);
+#endif  // ThreadSanitizer models no fences (GCC refuses them, -Wtsan); its build runs no observer
   // acquire: pairs with unclaim's release (a dropped loan keeps the generation; the sequence it
   // zeroed is then visible below).
   const std::uint64_t word = slot.state.load(std::memory_order_acquire);
