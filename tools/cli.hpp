@@ -67,7 +67,10 @@ inline void apply_convention(CLI::App& app, const std::string& tool) {
   app.set_version_flag("--version", version_text(tool));
   // The channel directory for everything this run does (the library reads IPCRING_DIR).
   app.add_option_function<std::string>(
-      "--dir", [](const std::string& dir) { setenv("IPCRING_DIR", dir.c_str(), 1); },
+      "--dir",
+      [](const std::string& dir) {
+        setenv("IPCRING_DIR", dir.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): while parsing,
+      },                                        // before any thread starts
       "Channel directory (default: $IPCRING_DIR, else /dev/shm/ipcring-<uid>)");
   app.fallthrough();  // --dir after a subcommand too
   app.footer(kExitFooter);

@@ -1,6 +1,5 @@
 #include "channel/handout.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -13,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -462,23 +462,18 @@ namespace {
 
 // The producer's own descriptor of its memfd labelled `label`, reopened through /proc, or -1.
 int reopen_producer_memory(const std::string& pid, const std::string& label, int flags) {
-  const std::string fds = "/proc/" + pid + "/fd";
-  DIR* d = opendir(fds.c_str());
-  if (d == nullptr) return -1;
   const std::string want = "/memfd:" + label + " (deleted)";
-  int found = -1;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const std::string link = fds + "/" + e->d_name;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + pid + "/fd", ec)) {
+    const std::string link = entry.path().string();
     char target[512];
     const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
     if (n <= 0 || std::string_view(target, static_cast<std::size_t>(n)) != want) continue;
     // O_NONBLOCK: should the descriptor be replaced by a FIFO meanwhile, the open does not wait.
-    found = ::open(link.c_str(), flags | O_CLOEXEC | O_NONBLOCK);
-    if (found >= 0) break;
+    const int fd = ::open(link.c_str(), flags | O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) return fd;
   }
-  closedir(d);
-  return found;
+  return -1;
 }
 
 OpenedSegment open_through_proc(std::string_view channel, const ChannelDirectory& d,

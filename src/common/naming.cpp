@@ -65,7 +65,10 @@ void validate_name(std::string_view name) {
 
 std::string channel_directory(std::string_view dir) {
   if (!dir.empty()) return std::string(dir);
-  if (const char* env = std::getenv(std::string(detail::kDirectoryVariable).c_str());
+  // Only read; the tools set it while parsing, before any thread, and a program that changes its
+  // environment while threads run breaks getenv anyway.
+  const std::string variable(detail::kDirectoryVariable);
+  if (const char* env = std::getenv(variable.c_str());  // NOLINT(concurrency-mt-unsafe)
       env != nullptr && *env != '\0') {
     return env;
   }

@@ -36,7 +36,7 @@ using test::wait_exit;
 
 namespace {
 
-constexpr ChannelConfig kConfig{.slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 4096};
+const ChannelConfig kConfig{.slots = 4, .max_readers = 2, .max_held = 1, .frame_bytes = 4096};
 
 std::uint64_t publish_pattern(Producer& p, std::uint64_t offset = 0) {
   auto l = p.loan(1s);

@@ -39,7 +39,7 @@ using test::wait_exit;
 
 namespace {
 
-constexpr ChannelConfig kConfig{.slots = 6, .max_readers = 2, .max_held = 1, .frame_bytes = 4096};
+const ChannelConfig kConfig{.slots = 6, .max_readers = 2, .max_held = 1, .frame_bytes = 4096};
 
 // The users of these tests: a victim (whose channels they are), an attacker, a reader the victim
 // allows, and a third user whose private directory the attacker made first.

@@ -75,7 +75,7 @@ bool set_next_pid(int next) {
   return ok;
 }
 
-constexpr ChannelConfig kConfig{.slots = 8, .max_readers = 4, .max_held = 1, .frame_bytes = 4096};
+const ChannelConfig kConfig{.slots = 8, .max_readers = 4, .max_held = 1, .frame_bytes = 4096};
 
 int reader_role(const std::string& name, Board* board, std::uint64_t seed) {
   // Our main thread is kTidA; the lease keeper, started by the first attach, gets kTidB.
