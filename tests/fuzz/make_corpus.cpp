@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "channel/handout.hpp"
 #include "inspect_internal.hpp"
 #include "ipcring/ipcring.hpp"
 #include "lease/lease.hpp"
@@ -37,6 +39,19 @@ Bytes read_all(const std::string& path) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) b.insert(b.end(), buf, buf + n);
   std::fclose(f);
   return b;
+}
+
+// The control segment of a live channel, as its producer hands it to a reader.
+Bytes control_segment_of(const std::string& name) {
+  const auto dir = detail::ChannelDirectory::open(name, {}, false);
+  detail::Handout h = detail::fetch_handout(name, dir, {}, std::chrono::milliseconds(2000));
+  struct stat st {};
+  if (fstat(h.control_fd, &st) != 0) return {};
+  Bytes bytes(static_cast<std::size_t>(st.st_size));
+  if (pread(h.control_fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+    return {};
+  }
+  return bytes;
 }
 
 void write_all(const std::string& path, const Bytes& b) {
@@ -96,7 +111,7 @@ Bytes live_segment(const std::string& name, const ChannelConfig& config, int rea
     waitpid(child, &status, 0);
   }
   publish(p, 2);
-  return read_all(object_path(name));
+  return control_segment_of(name);
 }
 
 // A CUDA-backend segment image made without CUDA: header and leases only.
