@@ -14,11 +14,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/inc"
 ln -s /usr/include/doctest "$out/inc/doctest"
-sources=(src/errors.cpp src/common/format.cpp src/common/naming.cpp src/producer/producer.cpp src/producer/producer_core.cpp src/producer/name_defence.cpp
+sources=(src/errors.cpp src/common/format.cpp src/common/naming.cpp src/producer/producer.cpp src/producer/producer_core.cpp
          src/reader/reader.cpp src/reader/reader_core.cpp src/reader/follow.cpp
          src/inspect.cpp src/tensor.cpp src/segment/segment.cpp
-         src/common/process.cpp src/ring/writer.cpp src/ring/cursor.cpp
-         src/lease/name_token.cpp
+         src/channel/directory.cpp src/channel/name_lock.cpp src/channel/handout.cpp
+         src/common/process.cpp src/ring/writer.cpp src/ring/cursor.cpp src/ring/observe.cpp
          src/lease/lease.cpp src/wait/futex.cpp src/backend/host/host_pool.cpp
          src/backend/cuda/cuda_unavailable.cpp tests/unit/main.cpp tests/unit/ring_test.cpp
          tests/unit/layout_test.cpp)
