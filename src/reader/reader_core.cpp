@@ -333,11 +333,10 @@ Result<Frame> ReaderCore::read(std::uint64_t timeout_ns) noexcept {
 
 void ReaderCore::release(Frame& f, CudaStream stream) noexcept {
   std::uint32_t before = 0;
-  if (forked()) {
-    // The parent's bits are not ours to clear; only our count of the inherited frame goes.
-    before = held_.fetch_sub(1, std::memory_order_acq_rel);
-  } else if (observer_) {
-    // A copy: nothing in the segment to give back. acq_rel as release_frame's decrement.
+  if (forked() || observer_) {
+    // Forked: the parent's bits are not ours to clear, only our count of the inherited frame goes.
+    // An observer's frame is a copy: nothing in the segment to give back. acq_rel as
+    // release_frame's decrement.
     before = held_.fetch_sub(1, std::memory_order_acq_rel);
   } else {
     before = release_frame(view_, *pool_, cursor_, held_, f.fields_, stream);

@@ -623,7 +623,7 @@ TEST_CASE("image_tensor and image_stamp_ns: an Image is an (H, W, C) uint8 tenso
   t = image_tensor(m);
   REQUIRE(t.has_value());
   CHECK(t->stride(0) == 200);
-  CHECK(ipcring::tensor_fits(*t, 200 * 48));
+  CHECK(ipcring::tensor_fits(*t, std::uint64_t{200} * 48));
   m.encoding = const_cast<char*>("mono8");
   CHECK(image_tensor(m)->shape_text() == "(48, 64, 1)");
   m.encoding = const_cast<char*>("32FC1");  // not an encoding ringbridge handles

@@ -102,7 +102,7 @@ TEST_CASE("an observer reads a channel whose every reader entry is taken, and ta
 
 TEST_CASE("an observer of a producer publishing fast never accepts a torn frame") {
   ScopedChannel ch("observer-torn");
-  constexpr std::size_t kBytes = 256 * 1024;  // long copies: the producer laps them often
+  constexpr std::size_t kBytes = std::size_t{256} * 1024;  // long copies: the producer laps them
   test::Shared<std::atomic<int>> stop;
   test::Shared<std::atomic<int>> ready;
   const pid_t child = test::spawn([&]() -> int {
