@@ -30,8 +30,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -95,7 +95,8 @@ int reader_role(const std::string& name, Board* board, std::uint64_t seed) {
       if (f.status() == Status::evicted) {
         board->live_evicted.fetch_add(1);  // a live reader was reaped, or could not follow
         const std::string why(r->follow_error());
-        std::fprintf(stderr, "evicted reader: %s\n", why.empty() ? "reaped while alive" : why.c_str());
+        std::fprintf(stderr, "evicted reader: %s\n",
+                     why.empty() ? "reaped while alive" : why.c_str());
         return 0;
       }
       if (f.status() == Status::producer_gone) board->gone.fetch_add(1);
