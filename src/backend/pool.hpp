@@ -75,7 +75,7 @@ struct PoolRequest {
   SegmentView view;
   unsigned mode = 0600;
   int cuda_device = 0;
-  bool create = false;         // producer: a new channel (else a takeover of an existing one)
+  bool create = false;         // producer: new memory (always, since layout 6)
   bool copy_on_write = false;  // host reader: ReaderOptions::copy_on_write
   // Producer: the owner's reaper (probe every reader lease, reap the dead ones: their backend work
   // runs in the reaper's hook, e.g. reader_fences_reaped). A pool may call it from its own thread

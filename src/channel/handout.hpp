@@ -93,8 +93,6 @@ class ChannelServer {
 
   bool owns_name() const noexcept { return owns_name_.load(std::memory_order_relaxed); }
   std::uint64_t restores() const noexcept { return restores_.load(std::memory_order_relaxed); }
-  std::uint64_t handed_out() const noexcept { return served_.load(std::memory_order_relaxed); }
-  std::uint64_t refused() const noexcept { return refused_.load(std::memory_order_relaxed); }
 
  private:
   void bind_socket();
@@ -117,9 +115,6 @@ class ChannelServer {
   std::uint64_t fork_gen_ = 0;
   std::atomic<bool> owns_name_{true};
   std::atomic<std::uint64_t> restores_{0};
-  std::atomic<std::uint64_t> served_{0};
-  std::atomic<std::uint64_t> refused_{0};
-  std::atomic<bool> defend_requested_{false};
   std::thread thread_;
 };
 

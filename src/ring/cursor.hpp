@@ -47,6 +47,17 @@ inline std::uint32_t frames_held(std::uint32_t held_word) noexcept {
 // epoch, no_frame once closed, ok to read on. Reads the producer's lease word only.
 Status follow_epoch(const SegmentView& view, CursorState& state) noexcept;
 
+// The first sequence a read walks to, given `head`: the newest (latest) or the next one
+// (sequential), never older than the publication log holds.
+inline std::uint64_t walk_start(const SegmentView& view, const CursorState& state,
+                                std::uint64_t head) noexcept {
+  std::uint64_t target = state.policy == ReadPolicy::latest ? head : state.last_sequence + 1;
+  if (state.policy == ReadPolicy::sequential && head - target >= view.geo.log_size) {
+    target = head - view.geo.log_size + 1;  // older entries are certainly overwritten
+  }
+  return target;
+}
+
 // True when entry `state.index` no longer carries our lease generation (we were reaped).
 bool reader_evicted(const SegmentView& view, const CursorState& state) noexcept;
 

@@ -111,10 +111,7 @@ Status next_observed(const SegmentView& view, ReaderPool& pool, CursorState& sta
     const std::uint64_t head_word = p.head.load(std::memory_order_acquire);
     const std::uint64_t head = LogWord::sequence(head_word);
     if (head <= state.last_sequence) return Status::no_frame;
-    std::uint64_t target = state.policy == ReadPolicy::latest ? head : state.last_sequence + 1;
-    if (state.policy == ReadPolicy::sequential && head - target >= view.geo.log_size) {
-      target = head - view.geo.log_size + 1;  // older entries are certainly overwritten
-    }
+    std::uint64_t target = walk_start(view, state, head);
     // Counted, so that no value of head (read from shared memory) can make this loop long.
     for (std::uint64_t left = head - target + 1; left-- > 0; ++target) {
       bool lost = false;
