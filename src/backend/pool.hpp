@@ -66,6 +66,10 @@ class ReaderPool {
   }
   // Called once the reader holds its table entry `reader` (the bit of its release fences).
   virtual void attached(std::uint32_t reader) noexcept { (void)reader; }
+  // Called by the reading thread when a read found the producer ended (closed, dead or
+  // replaced), at the report and at every later read that finds no frame: the CUDA pool closes the
+  // mappings no frame holds and no kernel of ours still reads, so a closing producer may free them.
+  virtual void producer_ended() noexcept {}
 };
 
 // Factories. `view` is the validated control segment (its fd is the channel's object, whose

@@ -252,6 +252,9 @@ Result<Frame> ReaderCore::try_read() noexcept {
   }
   // The policy's walk, the claim and its re-check (ring/cursor.cpp); counts the frame in held_.
   if (const Status st = next_frame(view_, *pool_, cursor_, held_, f.fields_); st != Status::ok) {
+    // The producer ended: let the pool close what it maps of it (a closing CUDA producer waits,
+    // bounded, for that before it frees its buffers). A live producer's polls skip it.
+    if (st == Status::producer_gone || cursor_.gone_reported) pool_->producer_ended();
     return st;
   }
   f.core_ = this;

@@ -371,7 +371,10 @@ struct alignas(kLine) CudaSlot {
   // Line 2: producer-written (memory_generation) and reader-set bits.
   std::atomic<std::uint64_t> memory_generation;  // producer instance that exported the handles
   std::atomic<std::uint32_t> release_recorded;   // bit i: reader i queued its fence write
-  std::uint32_t reserved0;
+  // Bit i: reader entry i has this slot's buffer mapped (set before its import, cleared after
+  // its close); a closing producer frees a buffer only once no bit is set (docs/cuda.md "Close
+  // order"). Zero in segments of producers that predate it: they never look.
+  std::atomic<std::uint32_t> mapped;
   // Per reader entry, the recorder epoch of its last fence in this slot (cuda_fence.hpp): counts
   // the entry's incarnations that recorded here, and picks the word of the pair they write.
   std::atomic<std::uint16_t> fence_epoch[kMaxReaders];
@@ -422,6 +425,7 @@ static_assert(offsetof(FrameHeader, shape) == 64);
 static_assert(offsetof(FrameHeader, strides) == 128);
 static_assert(sizeof(CudaSlot) == 896);
 static_assert(offsetof(CudaSlot, memory_generation) == kLine);
+static_assert(offsetof(CudaSlot, mapped) == kLine + 12);
 static_assert(offsetof(CudaSlot, fence_epoch) == kLine + 16);
 static_assert(offsetof(CudaSlot, fence_generation) == 2 * kLine);
 static_assert(offsetof(CudaSlot, release_fence) == 3 * kLine);

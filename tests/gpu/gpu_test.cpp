@@ -65,6 +65,12 @@ struct Case {
   bool legacy = false;            // every stream is the legacy default stream (nullptr everywhere)
   std::uint32_t per_process = 1;  // Readers per reader process
   bool takeover = false;  // the first producer is SIGKILLed mid-stream, a second one takes over
+  // Reader: each frame is released from a new thread with no CUDA context current (a Python
+  // capsule deleter or the garbage collector), on the stream the frame was waited on.
+  bool release_elsewhere = false;
+  // Producer: closes right after its last frame while the reader still reads (slow kernels) and
+  // keeps the buffers mapped; prints how long the close took.
+  bool close_mapped = false;
 };
 
 const Case kCases[] = {
@@ -121,6 +127,15 @@ const Case kCases[] = {
      4, 1, 1 << 20, 100, true, 0, 200, 2},
     {"latency", "latency from the producer's stream reaching publish to the reader's kernel start",
      8, 1, 1 << 16, 2000, true, 0, 500, 1},
+    {"release_elsewhere",
+     "as the Python layer does: wait_on on the consumer's stream, release(stream) from a thread "
+     "with no CUDA context (a capsule deleter); slow kernels must still be fenced",
+     3, 1, 1 << 20, 60, true, 20'000'000, 0, 1, 0, nullptr, false, 1, false, true},
+    {"close_mapped",
+     "the producer closes right after its last frame while the reader's slow kernels still read "
+     "and its mappings are open: no corrupted word, no fault, the close ends once the reader let "
+     "go",
+     3, 1, 1 << 20, 40, true, 10'000'000, 0, 1, 0, nullptr, false, 1, false, false, true},
 };
 
 const Case* find_case(const std::string& name) {
@@ -178,7 +193,8 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
   config.frame_bytes = c.frame_bytes;
   config.backend = Backend::cuda;
   config.cuda_device = device;
-  Producer p = Producer::create(channel, config);
+  std::optional<Producer> holder(Producer::create(channel, config));
+  Producer& p = *holder;
   cudaStream_t stream = nullptr;
   if (!c.legacy) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   notify(fd, 'P');
@@ -218,6 +234,17 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("producer: %d frames in %.2f s, %llu readers reaped\n", c.frames, secs,
               static_cast<unsigned long long>(inspect(channel).producer.readers_reaped));
+  if (c.close_mapped) {
+    // Close with the reader attached, its mappings open and its kernels running: the close waits
+    // (bounded, 2 s) until it closed them, and frees nothing it still maps.
+    const auto t0 = Clock::now();
+    holder.reset();
+    std::printf("producer: close with a reader mapping the buffers took %.0f ms\n",
+                std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (stream != nullptr) CUDA_OK(cudaStreamDestroy(stream));
+    std::this_thread::sleep_for(3s);  // the exporter lives on while the reader finishes
+    return kPass;
+  }
   const auto detach_deadline = Clock::now() + 30s;
   while (!inspect(channel).readers.empty() && Clock::now() < detach_deadline) {
     (void)p.reap_dead_readers();
@@ -304,7 +331,11 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
         notify(fd, 'R');
         for (;;) pause();
       }
-      f->release(stream);  // at once: the fence keeps the buffer ours until the kernel is done
+      if (c.release_elsewhere) {
+        std::thread([&] { f->release(stream); }).join();  // a thread that never set a device
+      } else {
+        f->release(stream);  // at once: the fence keeps the buffer ours until the kernel is done
+      }
     }
     if (!ended) ++frames;
   }

@@ -157,7 +157,8 @@ timeout -k 5 60 "$bin" --probe
 probe_rc=$?
 cases=(roundtrip slow_fill slow_reader_stream slow_reader_plain legacy_stream
        two_readers_one_process takeover uuid_visible neg_wait_on neg_release_fence reader_killed_plain
-       reader_killed_stream reader_killed_successor peer_reader visible_devices latency)
+       reader_killed_stream reader_killed_successor release_elsewhere close_mapped peer_reader
+       visible_devices latency)
 if [[ $probe_rc -eq 77 ]]; then
   section "CUDA pool logic on the CPU (fake CUDA)"
   if [[ -x $unit ]]; then

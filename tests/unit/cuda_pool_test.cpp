@@ -27,6 +27,7 @@ using namespace ipcring;
 using namespace std::chrono_literals;
 using detail::CudaErr;
 using test::FakeCuda;
+using test::FakeDevice;
 using test::FakeGpuWorld;
 using test::FakeOp;
 using test::ScopedChannel;
@@ -498,6 +499,23 @@ TEST_SUITE("cuda") {
       CHECK(code == Errc::config_mismatch);
       CHECK(contains(msg, "same GPU"));
     }
+  }
+
+  TEST_CASE("cuda: a MIG compute instance is named as nvidia-smi names it") {
+    // The runtime's UUID bytes of a MIG instance carry no marker; nvidia-smi -L and
+    // CUDA_VISIBLE_DEVICES spell it MIG-<uuid>, so the messages do too (NVML tells which).
+    ScopedChannel ch("cuda-mig");
+    FakeDevice mig = FakeGpuWorld::device(0xc3);
+    mig.mig = true;
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1), mig});
+    auto config = cuda_config();
+    config.cuda_device = 1;
+    auto p = make_producer(world->process(), ch, config);
+    Errc code{};
+    const std::string msg = error_of([&] { attach(world->process({0}), ch); }, code);
+    CHECK(code == Errc::unsupported);
+    CHECK(contains(msg, "its frames live on MIG-c3c3c3c3-c3c3-c3c3-c3c3-c3c3c3c3c3c3"));
+    CHECK(contains(msg, "visible: GPU-a1a1a1a1-a1a1-a1a1-a1a1-a1a1a1a1a1a1 (0)"));
   }
 
   TEST_CASE("cuda: a reader in the producer's own process uses its buffers without IPC") {
@@ -1206,6 +1224,113 @@ TEST_SUITE("cuda") {
       p.reset();
       CHECK(world->use_after_destroy() == 0);
     }
+  }
+
+  TEST_CASE("cuda: a closing producer frees no buffer a reader still maps") {
+    // cudaIpcOpenMemHandle: freeing memory that another process maps is undefined. Readers keep
+    // their mappings cached after releasing the frames; a closing producer waits (bounded) until
+    // they closed them, which they do when they see it end.
+    ScopedChannel ch("cuda-mapped-close");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    std::vector<const std::byte*> bufs;
+    std::optional<Producer> p(make_producer(prod, ch, cuda_config(3, 1)));
+    std::optional<Reader> r(attach(rdr, ch));
+    CudaStream s = rdr->make_stream(true);
+    for (int i = 0; i < 3; ++i) {
+      publish_pattern(*p);
+      auto f = r->try_read();
+      REQUIRE(f);
+      bufs.push_back(f->data());
+      REQUIRE(f->wait_on(s) == Status::ok);
+      f->release(s);
+    }
+    REQUIRE(rdr->calls(FakeOp::ipc_open_mem_handle) == 3);  // all three stay mapped
+    const int closes_before = rdr->calls(FakeOp::ipc_close_mem_handle);
+
+    SUBCASE("a reader that reads on sees the end and closes its mappings: all freed at once") {
+      std::atomic<bool> gone{false};
+      std::thread reading([&] {
+        for (int k = 0; k < 400 && !gone.load(); ++k) {
+          auto f = r->read(5ms);
+          if (!f && f.status() == Status::producer_gone) gone.store(true);
+        }
+        for (int k = 0; k < 3; ++k) (void)r->try_read();  // reads after the end sweep too
+      });
+      const auto start = std::chrono::steady_clock::now();
+      p.reset();
+      const auto took = std::chrono::steady_clock::now() - start;
+      reading.join();
+      CHECK(gone.load());
+      CHECK(took < 1500ms);  // not the 2 s bound: the reader let go
+      CHECK(rdr->calls(FakeOp::ipc_close_mem_handle) == closes_before + 3);
+      for (const std::byte* b : bufs) {
+        CHECK(world->bytes_allocated(const_cast<std::byte*>(b)) == 0);
+      }
+    }
+    SUBCASE("a reader that keeps its mappings past the bound: nothing is freed under it") {
+      const auto start = std::chrono::steady_clock::now();
+      p.reset();  // the reader reads nothing meanwhile
+      CHECK(std::chrono::steady_clock::now() - start >= 1500ms);
+      for (const std::byte* b : bufs) {
+        CHECK(world->bytes_allocated(const_cast<std::byte*>(b)) != 0);  // kept
+      }
+      r.reset();  // closes its mappings; leaves its event copies (the exporter may be gone)
+      CHECK(rdr->calls(FakeOp::ipc_close_mem_handle) == closes_before + 3);
+    }
+    CHECK(world->freed_while_mapped() == 0);
+    CHECK(world->use_after_destroy() == 0);
+  }
+
+  TEST_CASE("cuda: a reader that dies costs a closing producer no wait for its mappings") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(2, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x4343);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      REQUIRE(pool->prepare_write(i, nullptr) == Status::ok);
+      REQUIRE(pool->before_publish(i, nullptr) == Status::ok);
+      seg.view.slot(i).sequence.store(i + 1);
+    }
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    REQUIRE(reader->buffer(0, 1, 0x4343) != nullptr);
+    reader->release_fence(0, 0, nullptr);
+    CHECK(seg.view.cuda_slot(0).mapped.load() == 1U);
+    CHECK(seg.view.cuda_slot(1).mapped.load() == 0U);
+    seg.reader_dies(0);
+    seg.view.producer().lease_word.store(
+        detail::LeaseWord::make(1, detail::LeaseState::closed));  // as the core does first
+    const auto start = std::chrono::steady_clock::now();
+    pool.reset();
+    CHECK(std::chrono::steady_clock::now() - start < 1500ms);  // reaped, not waited for
+    CHECK(seg.view.cuda_slot(0).mapped.load() == 0U);
+    CHECK(seg.view.cuda_slot(0).memory_generation.load() == 0U);  // handles withdrawn
+  }
+
+  TEST_CASE("cuda: a reader never maps a buffer of a producer that closed") {
+    // The `mapped` bit and the producer's closed lease, each followed by a fence, then the other's
+    // load: a reader that set its bit after the close must see the close and map nothing.
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(0xa1)});
+    TestSegment seg(1, 1);
+    auto prod = world->process();
+    seg.producer(1, 0x4444);
+    auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
+    REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    seg.view.slot(0).sequence.store(1);
+    auto rdr = world->process();
+    seg.reader_alive(0, 1);
+    auto reader = detail::make_cuda_reader_pool(seg.request(false), rdr);
+    reader->attached(0);
+    seg.view.producer().lease_word.store(detail::LeaseWord::make(1, detail::LeaseState::closed));
+    CHECK(reader->buffer(0, 1, 0x4444) == nullptr);
+    CHECK(seg.view.cuda_slot(0).mapped.load() == 0U);  // taken back
+    CHECK(rdr->calls(FakeOp::ipc_open_mem_handle) == 0);
   }
 
   TEST_CASE("cuda: a producer closing after its readers finished frees everything at once") {

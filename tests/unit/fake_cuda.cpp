@@ -262,6 +262,15 @@ CudaErr FakeCuda::device_uuid(int device, detail::CudaUuid& uuid) noexcept {
   return CudaErr::success;
 }
 
+bool FakeCuda::mig_instance(const detail::CudaUuid& uuid) noexcept {
+  // NVML sees every device of the machine, visible to this process or not.
+  std::lock_guard lock(world_->mutex_);
+  for (const FakeDevice& d : world_->devices_) {
+    if (std::memcmp(d.uuid.data(), uuid.bytes, 16) == 0) return d.mig;
+  }
+  return false;
+}
+
 CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value) noexcept {
   FAKE_ENTER(FakeOp::device_attribute);
   if (device < 0 || device >= static_cast<int>(visible_.size()))

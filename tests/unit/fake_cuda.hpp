@@ -103,6 +103,7 @@ struct FakeDevice {
   bool host_register = true;
   bool stream_mem_ops = true;
   int compute_mode = 0;  // cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process
+  bool mig = false;      // a MIG compute instance (NVML knows it as MIG-<uuid>)
 };
 
 class FakeCuda;
@@ -214,6 +215,7 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr set_device(int device) noexcept override;
   CudaErr device_uuid(int device, detail::CudaUuid& uuid) noexcept override;
   CudaErr device_attribute(detail::CudaAttr attr, int device, int& value) noexcept override;
+  bool mig_instance(const detail::CudaUuid& uuid) noexcept override;
   CudaErr can_access_peer(int device, int peer, int& can) noexcept override;
   CudaErr malloc(void** ptr, std::size_t bytes) noexcept override;
   CudaErr free(void* ptr) noexcept override;

@@ -87,6 +87,13 @@ class CudaApi {
   virtual CudaErr get_device(int& device) noexcept = 0;  // current device of the calling thread
   virtual CudaErr set_device(int device) noexcept = 0;
   virtual CudaErr device_uuid(int device, CudaUuid& uuid) noexcept = 0;
+  // Whether `uuid` names a MIG compute instance rather than a whole GPU: the runtime's UUID
+  // bytes carry no marker, NVML knows the instance as "MIG-<uuid>" (nvmlDeviceGetHandleByUUID).
+  // Spelling only (messages): devices are matched by the bytes. false when NVML is not there.
+  virtual bool mig_instance(const CudaUuid& uuid) noexcept {
+    (void)uuid;
+    return false;
+  }
   virtual CudaErr device_attribute(CudaAttr attr, int device, int& value) noexcept = 0;
   virtual CudaErr can_access_peer(int device, int peer, int& can) noexcept = 0;
 
@@ -211,10 +218,11 @@ class StreamCallGuard {
   bool restore_ = false;
 };
 
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form nvidia-smi prints.
-inline std::string format_uuid(const unsigned char (&b)[16]) {
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (or "MIG-..." for a MIG compute instance), the
+// form nvidia-smi -L prints and CUDA_VISIBLE_DEVICES takes.
+inline std::string format_uuid(const unsigned char (&b)[16], bool mig = false) {
   static const char* const kHex = "0123456789abcdef";
-  std::string s = "GPU-";
+  std::string s = mig ? "MIG-" : "GPU-";
   for (int i = 0; i < 16; ++i) {
     if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
     s += kHex[b[i] >> 4];
@@ -222,8 +230,17 @@ inline std::string format_uuid(const unsigned char (&b)[16]) {
   }
   return s;
 }
-inline std::string format_uuid(const CudaUuid& u) {
-  return format_uuid(u.bytes);
+inline std::string format_uuid(const CudaUuid& u, bool mig = false) {
+  return format_uuid(u.bytes, mig);
+}
+// As nvidia-smi spells the device `u` names, asking `api` whether it is a MIG instance.
+inline std::string device_text(CudaApi& api, const CudaUuid& u) {
+  return format_uuid(u, api.mig_instance(u));
+}
+inline std::string device_text(CudaApi& api, const unsigned char (&b)[16]) {
+  CudaUuid u{};
+  for (int i = 0; i < 16; ++i) u.bytes[i] = b[i];
+  return device_text(api, u);
 }
 
 }  // namespace ipcring::detail

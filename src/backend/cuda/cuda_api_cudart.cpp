@@ -5,10 +5,12 @@
 // and answers on machines without a GPU.
 #include <cuda.h>  // driver types and enums only: the driver is reached through entry points
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_plugin.hpp"
@@ -134,6 +136,31 @@ CudaErr from_driver(CUresult r) noexcept {
   }
 }
 
+// NVML, for one question only: whether a UUID names a MIG compute instance (nvidia-smi -L spells
+// those "MIG-<uuid>"; the runtime's UUID bytes are the same either way). Loaded with dlopen from
+// the driver's libnvidia-ml.so.1, never linked; declared here by its documented C signatures
+// (nvmlReturn_t is an int, NVML_SUCCESS 0) so no NVML header is needed to build.
+using NvmlInitFn = int (*)();
+using NvmlHandleByUuidFn = int (*)(const char*, void**);
+
+struct Nvml {
+  NvmlHandleByUuidFn handle_by_uuid = nullptr;  // nullptr: no NVML, or its init failed
+};
+
+const Nvml& nvml() noexcept {
+  static Nvml n;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    auto init = reinterpret_cast<NvmlInitFn>(dlsym(lib, "nvmlInit_v2"));
+    auto by_uuid = reinterpret_cast<NvmlHandleByUuidFn>(dlsym(lib, "nvmlDeviceGetHandleByUUID"));
+    if (init == nullptr || by_uuid == nullptr || init() != 0) return;  // kept loaded: used later
+    n.handle_by_uuid = by_uuid;
+  });
+  return n;
+}
+
 CUstream driver_stream(CudaStream s) noexcept {
   return s != nullptr ? reinterpret_cast<CUstream>(s) : CU_STREAM_LEGACY;
 }
@@ -150,6 +177,17 @@ class CudartApi final : public CudaApi {
     const cudaError_t e = cudaGetDeviceProperties(&prop, device);
     if (e == cudaSuccess) std::memcpy(uuid.bytes, &prop.uuid, sizeof uuid.bytes);
     return wrap(e);
+  }
+  bool mig_instance(const CudaUuid& uuid) noexcept override {
+    const Nvml& n = nvml();
+    if (n.handle_by_uuid == nullptr) return false;
+    try {
+      std::string text = format_uuid(uuid, true);  // "MIG-...": found only for an instance
+      void* device = nullptr;
+      return n.handle_by_uuid(text.c_str(), &device) == 0;
+    } catch (...) {
+      return false;
+    }
   }
   CudaErr device_attribute(CudaAttr attr, int device, int& value) noexcept override {
     if (attr == CudaAttr::stream_mem_ops_64) {

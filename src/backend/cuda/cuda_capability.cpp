@@ -95,12 +95,12 @@ int find_device(CudaApi& api, const CudaUuid& want, int count, const std::string
     if (const CudaErr e = api.device_uuid(d, u); e != CudaErr::success) {
       throw_call(api, ch, "reading the UUID of CUDA device " + std::to_string(d), e);
     }
-    seen += (d ? ", " : "") + format_uuid(u) + " (" + std::to_string(d) + ")";
+    seen += (d ? ", " : "") + device_text(api, u) + " (" + std::to_string(d) + ")";
     if (std::memcmp(u.bytes, want.bytes, sizeof u.bytes) == 0) owner = d;
   }
   if (owner < 0) {
     throw Error(Errc::unsupported,
-                ch + "its frames live on " + format_uuid(want) +
+                ch + "its frames live on " + device_text(api, want) +
                     ", which this process cannot see (visible: " + seen +
                     "); check CUDA_VISIBLE_DEVICES, or read the channel from a process that sees "
                     "that GPU");

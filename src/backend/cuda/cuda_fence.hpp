@@ -122,6 +122,9 @@ inline void reader_fences_reaped(const SegmentView& view, std::uint32_t reader,
   if (view.geo.backend != kBackendCuda || reader >= view.geo.max_readers) return;
   for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
     CudaSlot& cs = view.cuda_slot(i);
+    // Its mappings went with its process (whichever incarnation set the bit: the entry is ours
+    // now). Release: pairs with a closing producer's acquire load in slot_quiet.
+    cs.mapped.fetch_and(~(1U << reader), std::memory_order_release);
     // Relaxed: the dead reader's last stores of them were ordered before its F1 and R5, which the
     // reaper's claim of the entry follows (robust mutex); a value of another incarnation is
     // skipped.

@@ -24,8 +24,10 @@
 //
 // Close order. ~CudaProducerPool runs after the core marked the epoch closed (readers stop
 // claiming and skip our events). It stops the watchdog, then waits (kTeardownWait at most) until,
-// per slot: no reader holds it, every recorded fence and every GPU wait we queued reached its
-// target, and our last write-done record completed. Slots that got there have their event
+// per slot: no reader holds it, no reader maps it (the slot's `mapped` bits: readers close their
+// mappings when they see the end, CudaReaderPool::producer_ended; a dead reader's bits go with its
+// reap), every recorded fence and every GPU wait we queued reached its target, and our last
+// write-done record completed. Slots that got there have their event
 // destroyed and their buffer freed (when the last same-process reader lets go of the resources);
 // the others stay allocated for the life of the process, and so does the segment registration when
 // a queued wait may still read it.
@@ -165,9 +167,9 @@ void CudaProducerPool::check_device(bool create, const std::string& ch) {
     std::memcpy(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes);
   } else if (std::memcmp(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes) != 0) {
     throw Error(Errc::config_mismatch,
-                ch + "its frames live on " + format_uuid(header.cuda_uuid) +
+                ch + "its frames live on " + device_text(api_ref, header.cuda_uuid) +
                     ", but this producer's cuda_device " + std::to_string(device_) + " is " +
-                    format_uuid(uuid) +
+                    device_text(api_ref, uuid) +
                     "; a takeover must use the same GPU (or remove the channel first)");
   }
 }
@@ -232,12 +234,22 @@ CudaProducerPool::~CudaProducerPool() {
     watchdog_->join();
   }
   // Readers saw the epoch close (the core marks it before destroying the pool); wait, bounded, for
-  // what may still use each slot's buffer and event.
+  // what may still use each slot's buffer and event. The fence pairs with the one a reader runs
+  // between setting its `mapped` bit and looking at our lease (CudaReaderPool::open_slot): a
+  // reader that saw us active has its bit visible to slot_quiet.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
   DeviceGuard guard(*api_, device_);  // the event queries below, on whatever thread closes us
   std::vector<bool> quiet(slots_, false);
+  auto next_reap = std::chrono::steady_clock::now();
   (void)wait_until(
       [&] {
+        // A reader that dies while we wait takes its mappings with it: the reaper clears its
+        // `mapped` bits (reader_fences_reaped), so a dead reader costs no wait.
+        if (reap_ && std::chrono::steady_clock::now() >= next_reap) {
+          reap_();
+          next_reap = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+        }
         bool all = true;
         for (std::uint32_t i = 0; i < slots_; ++i) {
           if (!quiet[i]) quiet[i] = slot_quiet(i);
@@ -256,6 +268,9 @@ CudaProducerPool::~CudaProducerPool() {
     for (std::uint32_t i = 0; i < slots_; ++i) {
       res_->releasable[i] = quiet[i];
       if (!quiet[i]) ++kept;
+      // Decided: no reader may import the handles any more, and a reader that lets go of a kept
+      // slot later treats our event as possibly destroyed (our process may exit at any time).
+      view_.cuda_slot(i).memory_generation.store(0, std::memory_order_release);
     }
     if (!waits_done) res_->registration->leak();  // a queued wait of ours still reads a word
     if (handles_published_) local_producers().erase({api_.get(), instance_});
@@ -271,8 +286,11 @@ CudaProducerPool::~CudaProducerPool() {
 bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
   // No reader holds the slot's frame.
   if (SlotWord::mask(view_.slot(slot).state.load(std::memory_order_acquire)) != 0) return false;
-  // Every fence recorded for it, and every wait we queued on it, reached its target.
   const CudaSlot& cs = view_.cuda_slot(slot);
+  // No reader process maps the buffer any more (freeing memory another process maps is undefined
+  // by cudaIpcOpenMemHandle's documentation); acquire pairs with the release of drop_import.
+  if (cs.mapped.load(std::memory_order_acquire) != 0) return false;
+  // Every fence recorded for it, and every wait we queued on it, reached its target.
   const std::uint32_t bits = cs.release_recorded.load(std::memory_order_acquire);
   const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
   for (std::uint32_t r = 0; r < readers_; ++r) {

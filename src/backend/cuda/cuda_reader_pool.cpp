@@ -68,6 +68,7 @@ class CudaReaderPool final : public ReaderPool {
   }
   Status wait_on(std::uint32_t slot, CudaStream stream) noexcept override;
   void release_fence(std::uint32_t slot, std::uint32_t reader, CudaStream stream) noexcept override;
+  void producer_ended() noexcept override;
   void attached(std::uint32_t reader) noexcept override {
     reader_ = reader;
     // Our own entry: we hold its lease, so its generation is ours until we detach.
@@ -82,6 +83,7 @@ class CudaReaderPool final : public ReaderPool {
     std::uint64_t epoch = 0;
     std::uint64_t fence_written = 0;  // the last fence value our streams were told to write
     bool fence_queued = false;
+    bool mapped_bit = false;        // our bit is set in the slot's `mapped` word
     std::atomic<bool> held{false};  // a Frame of this slot is out (cleared by release_fence)
   };
 
@@ -93,15 +95,39 @@ class CudaReaderPool final : public ReaderPool {
     return view_.producer().lease_word.load(std::memory_order_acquire) ==
            LeaseWord::make(epoch, LeaseState::active);
   }
-  // Before letting go of slot `i`'s import: when its producer is no longer current (closed, dead
-  // or replaced), the exporter may have destroyed the event already, and then any operation on
-  // our imported copy is undefined, destroying it included (cudaIpcOpenEventHandle): the last
-  // owner is told to leave it (~Import).
+  // Before letting go of slot `i`'s import: unless its producer is current, or closing and still
+  // waiting for our `mapped` bit (it has not withdrawn the slot's handles yet, and it never
+  // destroys the event of a slot whose bit is set), the exporter may have destroyed the event, and
+  // then any operation on our imported copy is undefined, destroying it included
+  // (cudaIpcOpenEventHandle): the last owner is told to leave it (~Import).
   void mark_if_exporter_gone(std::uint32_t i) const noexcept {
     const SlotCache& o = cache_[i];
-    if (o.import && !producer_current(o.epoch)) {
-      o.import->exporter_gone.store(true, std::memory_order_relaxed);  // under registry_mutex
+    if (!o.import) return;
+    const std::uint64_t lease = view_.producer().lease_word.load(std::memory_order_acquire);
+    if (lease == LeaseWord::make(o.epoch, LeaseState::active)) return;
+    if (lease == LeaseWord::make(o.epoch, LeaseState::closed) && o.mapped_bit &&
+        view_.cuda_slot(i).memory_generation.load(std::memory_order_acquire) == o.instance) {
+      return;
     }
+    o.import->exporter_gone.store(true, std::memory_order_relaxed);  // under registry_mutex
+  }
+  // Lets go of slot `i`'s import (registry_mutex held). `done`: no kernel of ours can still read
+  // it, so the mapping may close and our `mapped` bit goes (release: after the close, which ~Import
+  // does when we were its last owner; pairs with the closing producer's acquire in slot_quiet).
+  // Otherwise the mapping stays open for the life of the process and the bit stays set, so the
+  // producer keeps the buffer too.
+  void drop_import(std::uint32_t i, bool done) noexcept {
+    SlotCache& o = cache_[i];
+    if (!o.import) return;
+    if (!done) keep_mapped(o.import);
+    mark_if_exporter_gone(i);
+    o.import.reset();  // may close the mapping (~Import, with its device)
+    o.fence_queued = false;
+    --imports_;
+    if (o.mapped_bit && done) {
+      view_.cuda_slot(i).mapped.fetch_and(~(1U << reader_), std::memory_order_release);
+    }
+    o.mapped_bit = false;
   }
   bool fence_done(std::uint32_t slot) const noexcept {
     const SlotCache& c = cache_[slot];
@@ -124,6 +150,7 @@ class CudaReaderPool final : public ReaderPool {
   std::unique_ptr<SlotCache[]> cache_;
   std::uint64_t last_instance_ = 0;
   std::uint64_t last_epoch_ = 0;
+  std::uint32_t imports_ = 0;  // slots whose cache holds an import (registry_mutex)
   std::shared_ptr<SegmentRegistration> registration_;
   TestBreak break_ = test_break();  // negative controls of the GPU tests only
   ErrorLog log_;
@@ -159,7 +186,7 @@ CudaReaderPool::CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> 
     (void)api_ref.get_last_error();
     if (e != CudaErr::success || can == 0) {
       throw Error(Errc::unsupported,
-                  ch + "its frames live on " + format_uuid(want) + " (CUDA device " +
+                  ch + "its frames live on " + device_text(api_ref, want) + " (CUDA device " +
                       std::to_string(owner) +
                       " in this process), but this reader's current "
                       "device is " +
@@ -193,17 +220,13 @@ CudaReaderPool::~CudaReaderPool() {
   {
     std::lock_guard lock(registry_mutex());
     for (std::uint32_t i = 0; i < slots_; ++i) {
-      if (!done[i] && cache_[i].import) {
-        keep_mapped(cache_[i].import);  // a kernel of ours may still read it
-        ++kept;
-      }
+      if (!done[i] && cache_[i].import) ++kept;  // a kernel of ours may still read it
       if (done[i] && reader_ < readers_) {
         // Our fence is complete: the producer need not look at it again (the others stay
         // recorded, under our generation, until our kernels finish).
         view_.cuda_slot(i).release_recorded.fetch_and(~(1U << reader_), std::memory_order_relaxed);
       }
-      mark_if_exporter_gone(i);
-      cache_[i].import.reset();  // may close the mapping (~Import, with its device)
+      drop_import(i, done[i]);
     }
     if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
     registration_.reset();
@@ -275,10 +298,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
     std::lock_guard lock(registry_mutex());
     // Another instance or epoch: its mapping goes (closed in ~Import unless another Reader of the
     // process still uses it) once our kernels on it are done.
-    if (c.import && !fence_done(slot)) keep_mapped(c.import);
-    mark_if_exporter_gone(slot);
-    c.import.reset();
-    c.fence_queued = false;
+    drop_import(slot, fence_done(slot));
     if (instance != last_instance_ || epoch != last_epoch_) {
       // A new producer instance or epoch: mappings of the old one are useless; close those no
       // Frame holds and no running fence of ours still covers (the others are closed when their
@@ -287,9 +307,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
         SlotCache& o = cache_[i];
         if (o.import && (o.instance != instance || o.epoch != epoch) &&
             !o.held.load(std::memory_order_acquire) && fence_done(i)) {
-          mark_if_exporter_gone(i);
-          o.import.reset();
-          o.fence_queued = false;
+          drop_import(i, true);
         }
       }
       last_instance_ = instance;
@@ -303,12 +321,35 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
           slot);
       return nullptr;
     }
-    // The handles are this producer's; the frame must be of its epoch too (a reader that has not
-    // yet noticed a takeover may claim a frame of the previous producer).
-    if (!producer_current(epoch)) return nullptr;
-    std::shared_ptr<Import> imp = acquire_import(slot, epoch, instance, handles);
+    // Our `mapped` bit before the import (M1), then the producer's state (M2): with the fence
+    // between them and the closing producer's between its closed lease and its loads of `mapped`
+    // (~CudaProducerPool), either it sees our bit and keeps the buffer, or we see it closed and
+    // map nothing. The frame must be of its epoch too (a reader that has not yet noticed a
+    // takeover may claim a frame of the previous producer).
+    CudaSlot& cs = view_.cuda_slot(slot);
+    const bool ours =
+        reader_ < readers_ &&
+        (cs.mapped.fetch_or(1U << reader_, std::memory_order_relaxed) & (1U << reader_)) == 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const auto unset = [&] {
+      if (ours) cs.mapped.fetch_and(~(1U << reader_), std::memory_order_relaxed);
+    };
+    if (!producer_current(epoch)) {
+      unset();
+      return nullptr;
+    }
+    std::shared_ptr<Import> imp;
+    try {
+      imp = acquire_import(slot, epoch, instance, handles);
+    } catch (...) {
+      unset();
+      throw;
+    }
+    if (!imp || imp->local) unset();  // nothing mapped, or the producer's own memory (no IPC)
     if (!imp) return nullptr;
+    c.mapped_bit = ours && !imp->local;
     c.import = std::move(imp);
+    ++imports_;
     c.instance = instance;
     c.epoch = epoch;
     c.held.store(true, std::memory_order_relaxed);
@@ -316,6 +357,21 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
   } catch (...) {
     log_.note("out of memory while mapping a buffer", slot);
     return nullptr;
+  }
+}
+
+void CudaReaderPool::producer_ended() noexcept {
+  if (imports_ == 0) return;  // the reading thread's count; nothing mapped
+  try {
+    std::lock_guard lock(registry_mutex());
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+      const SlotCache& o = cache_[i];
+      if (o.import && !o.held.load(std::memory_order_acquire) && fence_done(i)) {
+        drop_import(i, true);
+      }
+    }
+  } catch (...) {
+    // The lock failed (system error): try again at the next read.
   }
 }
 
@@ -352,7 +408,10 @@ Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
 void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
                                    CudaStream stream) noexcept {
   SlotCache& c = cache_[slot];
-  if (c.import && reader < readers_ && reader == reader_ && producer_current(c.epoch)) {
+  // Also after the producer ended: the fence word is in our registered segment, and its value is
+  // what tells us (drop_import) and a closing producer (slot_quiet) when our kernels on the
+  // buffer are done.
+  if (c.import && reader < readers_ && reader == reader_) {
     // While we hold our bit the slot cannot be reused: its descriptor is our frame's.
     const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
     CudaSlot& cs = view_.cuda_slot(slot);
