@@ -139,7 +139,8 @@ int run(int argc, char** argv) {
   std::string dtype = "uint8";
   std::string shape;
   std::string image;
-  app.add_option("name", name, "Channel name ([A-Za-z0-9_-], at most 200)")->required();
+  app.add_option("name", name, "Channel name (at most 200: parts of [A-Za-z0-9_.-] separated by /)")
+      ->required();
   app.add_option("--slots", cfg.slots, "Frame buffers in the pool")
       ->check(ipcring::tools::count(0, UINT32_MAX))
       ->capture_default_str();
@@ -179,6 +180,14 @@ int run(int argc, char** argv) {
   app.add_option("--mode", mode, "Permission bits of the segments (octal, e.g. 0660)")
       ->transform(ipcring::tools::octal_mode)
       ->default_str("0600");
+  app.add_option("--allow-uid", cfg.allow_uids,
+                 "Also hand the channel to readers of this user id (repeatable; by default only "
+                 "this user and root)")
+      ->check(CLI::Range(0U, 4294967294U));
+  app.add_option("--allow-gid", cfg.allow_gids,
+                 "Also hand the channel to readers whose primary or a supplementary group is this "
+                 "group id (repeatable)")
+      ->check(CLI::Range(0U, 4294967294U));
   app.add_option("--image", image,
                  "WxHxC: describe each frame as a uint8 (H, W, C) image (sets --frame-bytes); the "
                  "payload is the same pattern")

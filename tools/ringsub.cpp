@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
@@ -40,6 +41,11 @@ int run(int argc, char** argv) {
       ->check(ipcring::tools::non_negative())
       ->excludes(count_opt);
   ipcring::tools::add_wait_option(&app, wait_s);
+  std::vector<std::uint32_t> trust_uids;
+  app.add_option("--trust-uid", trust_uids,
+                 "Also accept a producer of this user id (repeatable; by default this user, the "
+                 "directory's owner and root)")
+      ->check(CLI::Range(0U, 4294967294U));
   app.add_flag("--quiet", quiet, "Print only the summary");
   app.add_flag("--origin-sequence", origin,
                "Frames relayed from another channel (ringbridge import): verify each against the "
@@ -48,6 +54,7 @@ int run(int argc, char** argv) {
 
   const auto start = steady_clock::now();
   ipcring::ReaderOptions opts;
+  opts.trust_uids = trust_uids;
   opts.policy =
       policy == "sequential" ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
   // Before the wait for the channel: Ctrl-C while waiting ends ringsub as it does later, with

@@ -12,7 +12,7 @@ namespace ipcring {
 // Why a slow-path operation failed. The numeric values are stable (the Python module and the tools
 // expose them).
 enum class Errc : int {
-  invalid_name = 1,       // empty, too long, or characters outside [A-Za-z0-9_-]
+  invalid_name = 1,       // empty, too long, a bad part (naming.hpp: validate_name)
   invalid_config = 2,     // zero slots, zero frame bytes, too many readers, sizing overflow ...
   not_found = 3,          // no such channel
   producer_exists = 4,    // a live producer already owns the channel

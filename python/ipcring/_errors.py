@@ -69,7 +69,7 @@ class Error(Exception):
 # ---- slow path: one class per Errc ------------------------------------------------------------
 
 class InvalidName(Error, ValueError):
-    """Channel name empty, too long, or with characters outside [A-Za-z0-9_-]."""
+    """Channel name empty, too long, or with a bad part (see validate_name)."""
     code = Errc.invalid_name
 
 

@@ -58,6 +58,22 @@ void check_signals() {
   if (PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
+std::vector<std::uint32_t> id_list(const std::vector<std::int64_t>& ids, const std::string& channel,
+                                   const char* what) {
+  std::vector<std::uint32_t> out;
+  out.reserve(ids.size());
+  for (const std::int64_t id : ids) {
+    // (uid_t)-1 is "no id" to the kernel (setresuid): never a real user or group.
+    if (id < 0 || id >= std::numeric_limits<std::uint32_t>::max()) {
+      raise_errc(Errc::invalid_config, channel_prefix(channel) + what + " holds " +
+                                           std::to_string(id) +
+                                           ", which is not a user or group id");
+    }
+    out.push_back(static_cast<std::uint32_t>(id));
+  }
+  return out;
+}
+
 std::uint32_t config_u32(std::int64_t v, const std::string& channel, const char* what) {
   if (v < 0 || v > std::numeric_limits<std::uint32_t>::max()) {
     raise_errc(Errc::invalid_config,

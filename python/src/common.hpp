@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ipcring/ipcring.hpp"
 
@@ -39,6 +40,9 @@ Deadline make_deadline(const std::optional<double>& timeout, const std::string& 
 std::chrono::nanoseconds seconds_option(double s, const std::string& channel, const char* what);
 // Raises the pending Python exception (KeyboardInterrupt) when a signal handler asks.
 void check_signals();
+// A list of uids or gids (Python ints), each checked: ChannelConfig::allow_uids and friends.
+std::vector<std::uint32_t> id_list(const std::vector<std::int64_t>& ids, const std::string& channel,
+                                   const char* what);
 std::uint32_t config_u32(std::int64_t v, const std::string& channel, const char* what);
 Backend parse_backend(const std::string& s, const std::string& channel);
 

@@ -44,7 +44,9 @@ class PyProducer {
  public:
   PyProducer(const std::string& name, std::int64_t slots, std::int64_t max_readers,
              std::int64_t max_held, std::int64_t frame_bytes, const std::string& backend,
-             std::int64_t mode, int cuda_device, double reap_period, std::int64_t metadata_bytes)
+             std::int64_t mode, int cuda_device, double reap_period, std::int64_t metadata_bytes,
+             const std::optional<std::string>& dir, const std::vector<std::int64_t>& allow_uids,
+             const std::vector<std::int64_t>& allow_gids)
       : state_(std::make_shared<ProducerState>()) {
     ChannelConfig c;
     c.slots = config_u32(slots, name, "slots");
@@ -64,6 +66,9 @@ class PyProducer {
     c.cuda_device = cuda_device;
     c.reap_period = seconds_option(reap_period, name, "reap_period");
     c.metadata_bytes = config_u32(metadata_bytes, name, "metadata_bytes");
+    if (dir) c.dir = *dir;
+    c.allow_uids = id_list(allow_uids, name, "allow_uids");
+    c.allow_gids = id_list(allow_gids, name, "allow_gids");
     validate_name(name);
     state_->name = name;
     state_->backend = c.backend;
@@ -359,19 +364,26 @@ class PyProducer {
 void bind_producer(py::module_& m) {
   py::class_<PyProducer>(m, "Producer", R"doc(
 Producer(name, slots=8, max_readers=4, max_held=1, frame_bytes=0, backend='host', mode=0o600,
-         cuda_device=0, reap_period=0.1, metadata_bytes=256)
+         cuda_device=0, reap_period=0.1, metadata_bytes=256, dir=None, allow_uids=(),
+         allow_gids=())
 
 Creates the channel `name` (or takes over one whose producer died) with `slots` frame buffers of
 `frame_bytes` bytes each. With slots >= max_readers*max_held + 2, loan() never fails. close() (or
 the end of a `with` block) marks the channel closed, wakes readers (they get ProducerGone) and
-removes its shared-memory names.
+removes its names from the channel directory. dir: the channel directory (None: $IPCRING_DIR, else
+/dev/shm/ipcring-<uid>). allow_uids / allow_gids: other users, or members of groups, whose readers
+receive the channel's memory (by default only this user and root).
 )doc")
       .def(py::init<const std::string&, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                    const std::string&, std::int64_t, int, double, std::int64_t>(),
+                    const std::string&, std::int64_t, int, double, std::int64_t,
+                    const std::optional<std::string>&, const std::vector<std::int64_t>&,
+                    const std::vector<std::int64_t>&>(),
            py::arg("name"), py::arg("slots") = 8, py::arg("max_readers") = 4,
            py::arg("max_held") = 1, py::arg("frame_bytes") = 0, py::arg("backend") = "host",
            py::arg("mode") = 0600, py::arg("cuda_device") = 0, py::arg("reap_period") = 0.1,
-           py::arg("metadata_bytes") = 256)
+           py::arg("metadata_bytes") = 256, py::arg("dir") = py::none(),
+           py::arg("allow_uids") = std::vector<std::int64_t>{},
+           py::arg("allow_gids") = std::vector<std::int64_t>{})
       .def("loan", &PyProducer::loan, py::arg("timeout") = py::none(),
            py::arg("stream") = py::none(),
            "A free slot to fill. timeout: None waits until one is free (Ctrl-C interrupts), 0 "

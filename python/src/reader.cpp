@@ -27,7 +27,8 @@ namespace {
 class PyReader {
  public:
   PyReader(const std::string& name, const std::string& policy, double spin, double producer_probe,
-           double wait_for_channel, bool observer)
+           double wait_for_channel, bool observer, const std::optional<std::string>& dir,
+           const std::vector<std::int64_t>& trust_uids)
       : state_(std::make_shared<ReaderState>()) {
     ReaderOptions o;
     if (policy == "latest") {
@@ -47,6 +48,8 @@ class PyReader {
     o.copy_on_write = true;
     // An observer (docs/observers.md) takes no reader entry; its frames are copies it owns.
     o.observer = observer;
+    if (dir) o.dir = *dir;
+    o.trust_uids = id_list(trust_uids, name, "trust_uids");
     state_->name = name;
     attach_waiting(name, o, wait);
     adopt_backend();
@@ -229,7 +232,8 @@ class PyReader {
 
 void bind_reader(py::module_& m) {
   py::class_<PyReader>(m, "Reader", R"doc(
-Reader(name, policy='latest', spin=0.0, producer_probe=0.1, wait_for_channel=0.0, observer=False)
+Reader(name, policy='latest', spin=0.0, producer_probe=0.1, wait_for_channel=0.0, observer=False,
+       dir=None, trust_uids=())
 
 Attaches to the channel `name`. wait_for_channel: seconds to wait for the channel to appear (its
 producer not started yet); 0 raises NotFound at once. policy 'latest' returns the newest
@@ -238,12 +242,17 @@ reader are counted in overruns and Frame.skipped). spin: seconds read() polls be
 observer=True: take no reader entry (works when all max_readers are taken, never holds a buffer the
 producer needs); each frame is a checked copy, one held at a time (MaxHeld while one is), copies
 the producer overwrote meanwhile are dropped and counted in observer_dropped; host channels only
-(Unsupported on a CUDA channel). See docs/observers.md.
+(Unsupported on a CUDA channel). See docs/observers.md. dir: the channel directory (None:
+$IPCRING_DIR, else /dev/shm/ipcring-<uid>). trust_uids: other users whose producers this reader
+accepts (by default its own user, the directory's owner and root); any other is refused with
+PermissionDenied before anything is mapped.
 )doc")
-      .def(py::init<const std::string&, const std::string&, double, double, double, bool>(),
+      .def(py::init<const std::string&, const std::string&, double, double, double, bool,
+                    const std::optional<std::string>&, const std::vector<std::int64_t>&>(),
            py::arg("name"), py::arg("policy") = "latest", py::arg("spin") = 0.0,
            py::arg("producer_probe") = 0.1, py::arg("wait_for_channel") = 0.0,
-           py::arg("observer") = false)
+           py::arg("observer") = false, py::arg("dir") = py::none(),
+           py::arg("trust_uids") = std::vector<std::int64_t>{})
       .def("try_read", &PyReader::try_read,
            "A Frame, or None when nothing new was published. Raises ProducerGone (once per "
            "ended producer epoch), MaxHeld, Evicted, Forked.")

@@ -97,7 +97,9 @@ void bind_functions(py::module_& m) {
       py::arg("name"), "Reap the dead readers of a channel from any process (ringdump reap).");
   m.def(
       "validate_name", [](const std::string& name) { ipcring::validate_name(name); },
-      py::arg("name"), "Raises InvalidName unless name is 1..200 characters of [A-Za-z0-9_-].");
+      py::arg("name"),
+      "Raises InvalidName unless name is 1..200 characters: parts of [A-Za-z0-9_.-] separated by "
+      "/, none empty, . or .., the last at most 80.");
   m.def("layout_version", &ipcring::layout_version);
 }
 

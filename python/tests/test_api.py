@@ -461,3 +461,28 @@ def test_observer_reads_a_full_channel_and_takes_no_entry(channel):
         # The reader was not disturbed: it reads the newest frame.
         with r.read(timeout=1) as f:
             assert f.sequence == 2
+
+
+def test_channel_directory_and_access_lists(channel, tmp_path):
+    """dir= places the channel's names in a directory of one's own; a reader that looks elsewhere
+    does not find it. allow_uids / allow_gids / trust_uids take ids, checked."""
+    private = tmp_path / "channels"
+    private.mkdir(mode=0o700)
+    with ipcring.Producer(channel, frame_bytes=64, dir=str(private), allow_uids=[65534],
+                          allow_gids=[65534]) as producer:
+        assert sorted(p.name for p in private.iterdir()) == [channel + ".lock", channel + ".sock"]
+        producer.send(b"in a directory of its own")
+        with pytest.raises(ipcring.NotFound):
+            ipcring.Reader(channel)  # the default directory holds no such channel
+        reader = ipcring.Reader(channel, dir=str(private), trust_uids=[65534])
+        frame = reader.try_read()
+        assert bytes(frame) == b"in a directory of its own"
+        frame.release()
+        reader.close()
+    for bad in ([-1], [2**32 - 1], [2**32]):
+        with pytest.raises(ipcring.InvalidConfig, match="not a user or group id"):
+            ipcring.Producer(channel, frame_bytes=64, dir=str(private), allow_uids=bad)
+        with pytest.raises(ipcring.InvalidConfig, match=str(bad[0])):
+            ipcring.Reader(channel, dir=str(private), trust_uids=bad)
+    with pytest.raises(ipcring.InvalidConfig, match="allow_gids"):
+        ipcring.Producer(channel, frame_bytes=64, dir=str(private), allow_gids=[-5])
