@@ -57,6 +57,10 @@ cases=(
   "name-lock|pass||||name.pml"
   "name-removal-window|one_name_holder|-DREMOVAL|||name.pml"
   "broken-name-no-lock|one_name_holder|-DBROKEN_NO_LOCK|||name.pml"
+  "cuda-close|pass||||close.pml"
+  "broken-close-lease-first|never_freed_while_mapped|-DBROKEN_LEASE_FIRST|||close.pml"
+  "broken-close-clear-first|never_freed_while_mapped|-DBROKEN_CLEAR_FIRST|||close.pml"
+  "broken-close-no-wait|never_freed_while_mapped|-DBROKEN_NO_WAIT|||close.pml"
 )
 long_cases=(
   "reader-death-3slots|pass|-DNS=3 -DMAXSEQ=4 -DRDIE=1 -DRDIEMASK=1 -DLIVES=2|-w27"
