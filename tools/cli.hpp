@@ -109,8 +109,8 @@ inline std::string advice_for(ipcring::Errc code) {
   switch (code) {
     case ipcring::Errc::too_many_readers:
       return "the producer's --readers N (ringpub, ringbridge import; max_readers in the library) "
-             "sizes the reader entries; ringdump show, list, check, watch, echo, hz and bw take "
-             "none";
+             "sizes the reader entries; ringdump show, list, check, watch, echo, hz, bw, record "
+             "and serve take none";
     case ipcring::Errc::config_mismatch:
       return "stop the readers first, or start the producer with the channel's geometry "
              "(ringdump show NAME shows it)";

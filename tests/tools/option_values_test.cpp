@@ -243,7 +243,7 @@ TEST_CASE("too_many_readers says what to do") {
   CHECK(contains(full.err,
                  "ringsub: the producer's --readers N (ringpub, ringbridge import; "
                  "max_readers in the library) sizes the reader entries; ringdump show, "
-                 "list, check, watch, echo, hz and bw take none"));
+                 "list, check, watch, echo, hz, bw, record and serve take none"));
   const ToolResult echo = run_tool({RINGDUMP_PATH, "echo", ch.name(), "--count", "1"});
   INFO(describe(echo));
   CHECK(echo.rc == 0);

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "ringdump/ringdump.hpp"
+#include "ringdump/serve_status.hpp"
 
 namespace ringdump {
 
@@ -30,10 +31,17 @@ Snapshot snapshot_with_rates(const std::string& name, std::uint64_t window_ms, R
 int cmd_show(const std::string& name, bool json, std::uint64_t window_ms) {
   Rates rates;
   const Snapshot s = snapshot_with_rates(name, window_ms, rates);
+  // Which ringdump serve processes serve it, and their slow clients' drops (serve_status.hpp).
+  const auto served = serve_status::scan(ipcring::channel_directory());
   if (json) {
-    std::printf("%s\n", snapshot_json(s, rates).dump(2).c_str());
+    Json j = snapshot_json(s, rates);
+    const Json serving = serve_status::show_json(served, name);
+    j["served_by"] = serving["served_by"];
+    j["serve_status_problems"] = serving["serve_status_problems"];
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::fputs(render_snapshot(s, rates).c_str(), stdout);
+    std::fputs(serve_status::show_text(served, name).c_str(), stdout);
   }
   return kExitOk;
 }

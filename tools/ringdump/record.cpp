@@ -46,15 +46,20 @@ std::uint64_t clock_ns(clockid_t clock) {
 }
 
 // ---- where frames come from ------------------------------------------------------------------
-// A reader entry for now: sequential policy, so frames lost to the producer lapping the recorder
-// are counted (Frame::skipped). Changing Source and open_source to an observer (no reader entry)
-// is the only change the recorder needs when the library has one.
+// An observer by default (docs/observers.md): no reader entry, no bit in any slot, so the recorder
+// never holds a producer's frame and records a channel whose reader entries are all taken. It
+// copies each frame into its own buffer and re-checks the slot; a copy the producer overwrote
+// meanwhile is dropped and counted (observer_dropped), and, the policy being sequential, is one
+// of the frames the next frame skipped, so the overrun count (Reader::overruns) covers both.
+// A holding reader (--reader) takes an entry: `ringdump play --wait-readers` and `show` see it,
+// and observers cannot read CUDA channels (their frames are device memory).
 using Source = ipcring::Reader;
 
-Source open_source(const std::string& name, double wait_s) {
+Source open_source(const std::string& name, double wait_s, bool reader) {
   ipcring::ReaderOptions o;
   o.policy = ipcring::ReadPolicy::sequential;
   o.wait_for_channel = duration_cast<nanoseconds>(duration<double>(wait_s));
+  o.observer = !reader;
   return ipcring::Reader::attach(name, o);
 }
 
@@ -166,8 +171,10 @@ struct Channel {
   // Written by this channel's thread, read by the main thread after join (or as estimates).
   std::atomic<std::uint64_t> frames{0};
   std::atomic<std::uint64_t> drops{0};
-  std::atomic<std::uint64_t> not_image{0};     // frames of an image channel written as Frames
-  std::atomic<std::uint64_t> writer_waits{0};  // 100 ms waits for the writer (buffer full)
+  std::atomic<std::uint64_t> not_image{0};       // frames of an image channel written as Frames
+  std::atomic<std::uint64_t> writer_waits{0};    // 100 ms waits for the writer (buffer full)
+  std::atomic<std::uint64_t> copies_dropped{0};  // observer: copies overwritten (among drops)
+  bool observer = false;
   std::atomic<bool> done{false};
   std::string error;
   // MCAP channel ids (writer thread only): one per schema used, 0 until the first message.
@@ -187,15 +194,24 @@ std::uint64_t unix_time(std::uint64_t monotonic_or_unix, std::uint64_t offset) {
   return monotonic_or_unix >= kLooksUnix ? monotonic_or_unix : monotonic_or_unix + offset;
 }
 
+// Drops are counted from the source's overruns (sequential policy: the frames skipped between
+// two frames read, the copies an observer dropped among them, and frames that were all gone
+// before the reader got to them), except what a new producer's first frame skipped.
 void read_channel(Channel& ch, Shared& s, std::size_t index) {
   Source& src = *ch.source;
   bool first = true;
+  std::uint64_t overruns = src.overruns();  // counted into ch.drops so far
+  auto count_drops = [&](bool counted) {
+    const std::uint64_t now = src.overruns();
+    if (counted) ch.drops.fetch_add(now - overruns, std::memory_order_relaxed);
+    overruns = now;
+  };
   while (!s.stop.load(std::memory_order_relaxed)) {
     if (s.count != 0 && ch.frames.load(std::memory_order_relaxed) >= s.count) break;
     const std::size_t need = src.frame_bytes() + 4096 + 512;  // payload, metadata, CDR fields
     auto buffer = s.budget.take(need, milliseconds(100));
     if (!buffer) {  // the writer is behind: frames the producer publishes meanwhile are lost to
-                    // overruns, counted by the next frame's skipped()
+                    // overruns, counted when the next frame is read
       ch.writer_waits.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
@@ -207,13 +223,14 @@ void read_channel(Channel& ch, Shared& s, std::size_t index) {
       if (st == ipcring::Status::producer_gone) {
         std::fprintf(stderr, "ringdump record: %s: the producer is gone; waiting for a new one\n",
                      ch.name.c_str());
+        count_drops(!first);
         first = true;  // a new producer's frames start again: none of them were lost to us
         continue;
       }
       ch.error = std::string("read failed: ") + ipcring::to_string(st);
       break;
     }
-    if (!first) ch.drops.fetch_add(f->skipped(), std::memory_order_relaxed);
+    count_drops(!first);
     first = false;
     Item item;
     item.channel = index;
@@ -231,11 +248,13 @@ void read_channel(Channel& ch, Shared& s, std::size_t index) {
     } else if (!ch.encoding.empty()) {
       ch.not_image.fetch_add(1, std::memory_order_relaxed);
     }
-    f->release();  // copied: the producer may reuse the slot
+    f->release();  // copied: a reader's slot may be reused, an observer's buffer read again
     item.data = std::move(b);
     s.queue.push(std::move(item));
     ch.frames.fetch_add(1, std::memory_order_relaxed);
   }
+  count_drops(!first);  // frames that were all gone after the last one read
+  ch.copies_dropped.store(src.observer_dropped(), std::memory_order_relaxed);
   ch.done.store(true, std::memory_order_release);
 }
 
@@ -285,7 +304,19 @@ int cmd_record(const Commands& c) {
     (*it)->encoding = enc;
   }
   for (auto& ch : channels) {
-    ch->source.emplace(open_source(ch->name, c.wait_s));
+    try {
+      ch->source.emplace(open_source(ch->name, c.wait_s, c.reader));
+    } catch (const ipcring::Error& e) {
+      if (c.reader || e.code() != ipcring::Errc::unsupported) throw;
+      // Observers copy with the CPU: a CUDA channel needs a holding reader.
+      ch->source.emplace(open_source(ch->name, 0, true));
+      if (ch->source->backend() != ipcring::Backend::cuda) throw;
+      std::fprintf(stderr,
+                   "ringdump record: %s: a CUDA channel; reading it as a reader (it takes a "
+                   "reader entry)\n",
+                   ch->name.c_str());
+    }
+    ch->observer = ch->source->observer();
     if (ch->source->backend() == ipcring::Backend::cuda) {
       std::fprintf(stderr,
                    "ringdump record: %s: a CUDA channel; this ringdump records host channels "
@@ -374,14 +405,18 @@ int cmd_record(const Commands& c) {
   for (const auto& ch : channels) {
     // writer_behind_ms: how long, at least, this channel waited for buffer room (the disk or
     // the compression behind); drops without it mean the recorder was not scheduled in time.
-    std::printf("ringdump record %s: frames=%llu drops=%llu writer_behind_ms=%llu%s%s\n",
-                ch->name.c_str(), static_cast<unsigned long long>(ch->frames.load()),
-                static_cast<unsigned long long>(ch->drops.load()),
-                static_cast<unsigned long long>(ch->writer_waits.load()) * 100ULL,
-                ch->not_image.load() != 0
-                    ? (" not_image=" + std::to_string(ch->not_image.load())).c_str()
-                    : "",
-                ch->error.empty() ? "" : (" error=\"" + ch->error + "\"").c_str());
+    // copies_dropped (observers): the drops whose copy the producer overwrote while it was taken.
+    std::printf(
+        "ringdump record %s: frames=%llu drops=%llu writer_behind_ms=%llu %s%s%s\n",
+        ch->name.c_str(), static_cast<unsigned long long>(ch->frames.load()),
+        static_cast<unsigned long long>(ch->drops.load()),
+        static_cast<unsigned long long>(ch->writer_waits.load()) * 100ULL,
+        ch->observer
+            ? ("mode=observer copies_dropped=" + std::to_string(ch->copies_dropped.load())).c_str()
+            : "mode=reader",
+        ch->not_image.load() != 0 ? (" not_image=" + std::to_string(ch->not_image.load())).c_str()
+                                  : "",
+        ch->error.empty() ? "" : (" error=\"" + ch->error + "\"").c_str());
     if (!ch->error.empty()) rc = ipcring::tools::kExitError;
   }
   const auto& st = writer.stats();
@@ -429,6 +464,9 @@ void add(CLI::App& app, Commands& c) {
                    "Seconds to wait for each channel to appear")
       ->check(ipcring::tools::non_negative(1e6))
       ->capture_default_str();
+  c.record->add_flag("--reader", c.reader,
+                     "Read as a reader (a reader entry, seen by show and play --wait-readers) "
+                     "instead of an observer");
   c.record->add_flag("--sync", c.sync, "fsync the file before exiting");
   c.record->add_flag("--no-crc", c.no_crc,
                      "Do not compute chunk and data CRCs (written as 0: not computed); saves a "

@@ -5,9 +5,10 @@
 //   ringdump info FILE.mcap                channels, message counts, duration, drops of a file
 //   ringdump play FILE.mcap                republishes a file's channels into ipcring channels
 //
-// record reads each channel as a reader (a reader entry, shown by `ringdump show`) that holds one
-// frame at a time: it copies the frame into a buffer and releases it at once; compression and
-// writing happen on a writer thread. Frames it could not take in time (the producer overran it)
+// record reads each channel as an observer (docs/observers.md: no reader entry, nothing held in the
+// producer's ring; --reader, and CUDA channels, take a reader entry that holds one frame at a
+// time) and copies each frame into a buffer; compression and writing happen on a writer thread.
+// Frames it could not take in time (the producer overran it, or overwrote a copy being taken)
 // are counted per channel, written into the file (metadata record `ipcring.drops`) and printed.
 #pragma once
 
@@ -36,6 +37,7 @@ struct Commands {
   double wait_s = 5;                   // for the channels to appear
   bool sync = false;                   // fsync the file at the end
   bool no_crc = false;                 // write chunk and data section CRCs as 0 (not computed)
+  bool reader = false;                 // a holding reader (a reader entry) instead of an observer
   // info and play
   std::string file;
   bool json = false;

@@ -1,12 +1,15 @@
 // repair.cpp — the explicit repairs: reap (dead readers), rm (one channel), gc (every dead one).
 #include <fnmatch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <system_error>
 
 #include "ringdump/ringdump.hpp"
+#include "ringdump/serve_status.hpp"
 
 namespace ringdump {
 
@@ -80,6 +83,35 @@ class Gc {
     }
   }
 
+  // ringdump serve's status files (serve_status.hpp) whose process is gone: removed. A malformed
+  // one is removed when the pid of its name is gone too, and kept (said so) while it lives.
+  void serve_status_files() {
+    for (const auto& f : serve_status::scan(ipcring::channel_directory())) {
+      std::string why;
+      if (f.state == serve_status::Found::State::stale) {
+        why = "stale: " + f.problem;
+      } else if (f.state == serve_status::Found::State::malformed && !f.pid_alive) {
+        why = "malformed, and pid " + std::to_string(f.pid) + " is gone";
+      } else {
+        if (f.state == serve_status::Found::State::malformed) {
+          std::fprintf(stderr, "ringdump: kept %s: pid %u is alive\n", f.problem.c_str(), f.pid);
+        }
+        continue;
+      }
+      if (dry_run_) {
+        std::printf("would remove %s (%s)\n", f.path.c_str(), why.c_str());
+      } else if (::unlink(f.path.c_str()) == 0 || errno == ENOENT) {
+        std::printf("removed %s (%s)\n", f.path.c_str(), why.c_str());
+        ++removed_;
+      } else {
+        std::fprintf(stderr, "ringdump: cannot remove %s: %s\n", f.path.c_str(),
+                     std::strerror(errno));
+        ++kept_;
+        rc_ = kExitError;
+      }
+    }
+  }
+
   int finish() const {
     if (!dry_run_) std::printf("gc: removed %zu, kept %zu\n", removed_, kept_);
     return rc_;
@@ -118,6 +150,7 @@ int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run) {
   for (const auto& c : list_all()) {
     if (selected(c.name, patterns)) gc.channel(c);
   }
+  gc.serve_status_files();
   return gc.finish();
 }
 

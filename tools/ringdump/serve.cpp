@@ -6,6 +6,8 @@
 // under the client's mutex, dropping the oldest queued frame when the queue is full, and posts a
 // write to the io thread when none is in flight. The io thread alone touches the sockets.
 // Locks: the hub's mutex is taken before a client's, never the other way round.
+#include <unistd.h>
+
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility> (C++20).
 #include <utility>
 // clang-format off
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,6 +33,7 @@
 #include "ipcring/ipcring.hpp"
 #include "ringdump/messages.hpp"
 #include "ringdump/serve.hpp"
+#include "ringdump/serve_status.hpp"
 
 namespace ringdump::serve {
 
@@ -76,6 +80,7 @@ using Payload = std::shared_ptr<const Buffer>;
 
 struct Outgoing {
   std::uint32_t subscription = 0;
+  std::uint32_t channel = 0;  // advertised id
   std::uint64_t log_time = 0;
   Payload payload;
 };
@@ -100,8 +105,9 @@ class Client : public std::enable_shared_from_this<Client> {
     if (closed_) return;
     for (const auto& [subscription, ch] : subscriptions_) {
       if (ch != channel) continue;
-      frames_.push_back(Outgoing{subscription, log_time, payload});
+      frames_.push_back(Outgoing{subscription, channel, log_time, payload});
       if (frames_.size() > queue_limit_) {
+        ++per_channel_[frames_.front().channel].dropped;
         frames_.pop_front();  // the oldest: a slow client sees the newest frames
         dropped_.fetch_add(1, std::memory_order_relaxed);
       }
@@ -124,6 +130,18 @@ class Client : public std::enable_shared_from_this<Client> {
     j["dropped_frames"] = dropped_.load(std::memory_order_relaxed);
     j["queued_frames"] = frames_.size();
     return j;
+  }
+  // For the status file: per advertised channel id, what was sent and dropped.
+  serve_status::Client status(const std::vector<Advert>& adverts) {
+    std::lock_guard lock(m_);
+    serve_status::Client c;
+    c.id = id_;
+    c.queued_frames = frames_.size();
+    for (const auto& [channel, counts] : per_channel_) {
+      if (channel == 0 || channel > adverts.size()) continue;
+      c.channels.push_back({adverts[channel - 1].topic, counts.sent, counts.dropped});
+    }
+    return c;
   }
   std::uint64_t id() const noexcept { return id_; }
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
@@ -150,6 +168,10 @@ class Client : public std::enable_shared_from_this<Client> {
   std::deque<std::string> text_;
   std::deque<Outgoing> frames_;
   std::map<std::uint32_t, std::uint32_t> subscriptions_;  // subscription id -> channel id
+  struct Counts {
+    std::uint64_t sent = 0, dropped = 0;
+  };
+  std::map<std::uint32_t, Counts> per_channel_;  // channel id -> frames sent and dropped
   bool writing_ = false;
   bool closed_ = false;
   // The write in flight (io thread only).
@@ -187,6 +209,11 @@ class Hub {
     std::lock_guard lock(m_);
     if (clients_.erase(c) != 0) {
       left_dropped_ += c->dropped();
+      for (const auto& cc : c->status(adverts_).channels) {
+        auto& t = left_[cc.channel];
+        t.first += cc.sent_frames;
+        t.second += cc.dropped_frames;
+      }
       std::fprintf(stderr, "ringdump serve: client %llu left: sent=%llu dropped=%llu\n",
                    static_cast<unsigned long long>(c->id()),
                    static_cast<unsigned long long>(c->sent()),
@@ -219,6 +246,23 @@ class Hub {
     std::lock_guard lock(m_);
     for (const auto& c : clients_) c->offer(channel, log_time, p);
   }
+  // The clients connected now, and into `totals` (channel -> frames sent, dropped) the counts of
+  // every client since the start.
+  std::vector<serve_status::Client> status(
+      std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>& totals) {
+    std::lock_guard lock(m_);
+    totals = left_;
+    std::vector<serve_status::Client> v;
+    for (const auto& c : clients_) {
+      v.push_back(c->status(adverts_));
+      for (const auto& cc : v.back().channels) {
+        auto& t = totals[cc.channel];
+        t.first += cc.sent_frames;
+        t.second += cc.dropped_frames;
+      }
+    }
+    return v;
+  }
   Json stats(const Json& channels) {
     std::lock_guard lock(m_);
     Json j;
@@ -239,6 +283,7 @@ class Hub {
   std::vector<Advert> adverts_;
   std::set<std::shared_ptr<Client>> clients_;
   std::uint64_t left_dropped_ = 0;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> left_;  // clients gone
 };
 
 void Client::start(http::request<http::string_body> request) {
@@ -335,6 +380,10 @@ void Client::write_next() {
       }
       if (frame) {
         self->sent_.fetch_add(1, std::memory_order_relaxed);
+        {
+          std::lock_guard counted(self->m_);
+          ++self->per_channel_[self->current_frame_.channel].sent;
+        }
         self->current_frame_.payload.reset();
       }
       self->write_next();
@@ -412,6 +461,7 @@ struct Channel {
   std::thread thread;
   std::uint32_t image_id = 0, frame_id = 0;  // advertised ids (its thread only)
   std::atomic<std::uint64_t> frames{0}, published{0}, rate_limited{0}, unwanted{0};
+  std::atomic<std::uint64_t> observer_dropped{0};  // copies the producer overwrote (its thread)
 };
 
 struct Server {
@@ -436,6 +486,7 @@ struct Server {
       j["published"] = ch->published.load();
       j["rate_limited"] = ch->rate_limited.load();
       j["unsubscribed"] = ch->unwanted.load();
+      j["observer_dropped"] = ch->observer_dropped.load();
       a.push_back(j);
     }
     return a;
@@ -486,13 +537,19 @@ void HttpSession::on_request() {
                     });
 }
 
-// A reader per channel (latest policy: a live view wants the newest frame). As in record, the
-// frame is copied into the message and released before anything waits on a client.
+// An observer per channel (latest policy: a live view wants the newest frame). Its frame is a
+// copy in the observer's buffer, encoded into the message and released before anything waits on a
+// client. A channel advertised and subscribed by nobody is not read (looked at every 10 ms).
 void read_channel(Channel& ch, Server& s) {
   const auto period =
       s.max_rate_hz > 0 ? duration<double>(1.0 / s.max_rate_hz) : duration<double>(0.0);
   auto last = steady_clock::time_point{};
   while (!s.stop.load(std::memory_order_relaxed)) {
+    if ((ch.image_id != 0 || ch.frame_id != 0) && !s.hub.wanted(ch.image_id) &&
+        !s.hub.wanted(ch.frame_id)) {
+      std::this_thread::sleep_for(milliseconds(10));
+      continue;
+    }
     auto f = ch.reader->read(milliseconds(100));
     if (!f) {
       const auto st = f.status();
@@ -505,6 +562,7 @@ void read_channel(Channel& ch, Server& s) {
       return;
     }
     ch.frames.fetch_add(1, std::memory_order_relaxed);
+    ch.observer_dropped.store(ch.reader->observer_dropped(), std::memory_order_relaxed);
     const auto now = steady_clock::now();
     if (period.count() > 0 && now - last < period) {
       ch.rate_limited.fetch_add(1, std::memory_order_relaxed);
@@ -558,23 +616,25 @@ int cmd_serve(const Commands& c) {
     (*it)->encoding = enc;
   }
   for (auto& ch : s.channels) {
+    // An observer (docs/observers.md): no reader entry, nothing held in the producer's ring, so
+    // serve never disturbs the channel and serves one whose reader entries are all taken.
     ipcring::ReaderOptions o;
     o.policy = ipcring::ReadPolicy::latest;
+    o.observer = true;
     o.wait_for_channel = duration_cast<nanoseconds>(duration<double>(all ? 0.0 : c.wait_s));
     try {
       ch->reader.emplace(ipcring::Reader::attach(ch->name, o));
     } catch (const ipcring::Error& e) {
+      // Errc::unsupported: a CUDA channel (observers copy with the CPU; frames are device memory).
+      if (e.code() == ipcring::Errc::unsupported) {
+        std::fprintf(stderr, "ringdump serve: %s; this ringdump serves host channels only\n",
+                     e.what());
+        if (!all) return ipcring::tools::kExitError;
+        continue;
+      }
       if (!all) throw;
       std::fprintf(stderr, "ringdump serve: %s: not served: %s\n", ch->name.c_str(), e.what());
       continue;
-    }
-    if (ch->reader->backend() == ipcring::Backend::cuda) {
-      std::fprintf(stderr,
-                   "ringdump serve: %s: a CUDA channel; this ringdump serves host "
-                   "channels only\n",
-                   ch->name.c_str());
-      if (!all) return ipcring::tools::kExitError;
-      ch->reader.reset();
     }
   }
 
@@ -612,6 +672,40 @@ int cmd_serve(const Commands& c) {
                  c.host.c_str());
   }
   s.accept();
+  // The status file `ringdump show` reads (serve_status.hpp), written now and once a second on
+  // the io thread; a failed write is said once and serving goes on.
+  serve_status::Status status;
+  status.pid = static_cast<std::uint32_t>(::getpid());
+  status.start_time = serve_status::start_time_of(status.pid);
+  status.address =
+      "http://" + bound.address().to_string() + ":" + std::to_string(bound.port()) + "/";
+  const std::string directory = ipcring::channel_directory();
+  bool status_failed = false;
+  net::steady_timer status_timer(s.io);
+  std::function<void()> write_status = [&] {
+    status.updated_unix_ns = clock_ns(CLOCK_REALTIME);
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> totals;
+    status.clients = s.hub.status(totals);
+    status.channels.clear();
+    for (const auto& ch : s.channels) {
+      const auto& t = totals[ch->name];
+      status.channels.push_back(
+          {ch->name, ch->frames.load(), ch->observer_dropped.load(), t.first, t.second});
+    }
+    try {
+      serve_status::write(status, directory);
+    } catch (const std::exception& e) {
+      if (!status_failed) {
+        std::fprintf(stderr, "ringdump serve: no status for ringdump show: %s\n", e.what());
+      }
+      status_failed = true;
+    }
+    status_timer.expires_after(seconds(1));
+    status_timer.async_wait([&](beast::error_code waited) {
+      if (!waited && !s.stop.load()) write_status();
+    });
+  };
+  write_status();
   net::signal_set signals(s.io, SIGINT, SIGTERM);
   signals.async_wait([&](beast::error_code, int) {
     s.stop.store(true);
@@ -621,6 +715,7 @@ int cmd_serve(const Commands& c) {
   s.io.run();
   s.stop.store(true);
   for (auto& ch : s.channels) ch->thread.join();
+  ::unlink(serve_status::path_for(status.pid, directory).c_str());
   const Json stats = s.hub.stats(s.channel_stats());
   std::printf("ringdump serve: %s\n", stats.dump().c_str());
   std::fflush(stdout);

@@ -7,8 +7,9 @@
 //
 //   ringdump serve [NAME...] [--host 127.0.0.1] [--port 8765] [--max-rate HZ] [--queue N]
 //
-// Each channel is read by a reader (latest policy) that copies a frame into one message shared by
-// every client and releases it at once; a client that reads slowly never holds a frame. Each
+// Each channel is read by an observer (latest policy; no reader entry, nothing held in the ring)
+// whose copy of a frame is encoded into one message shared by every client; a client that reads
+// slowly never holds a frame. Each
 // client has a queue of at most --queue frames: when it is full the oldest frame is dropped and
 // counted (GET /stats, and the summary printed at exit). The default address is loopback;
 // another must be asked for with --host.

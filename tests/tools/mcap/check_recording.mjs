@@ -115,7 +115,7 @@ check(reader.metadataIndexes.length === metadata.size,
       `${reader.metadataIndexes.length} metadata indexes for ${metadata.size} metadata records`);
 
 // The drops written for a channel are exactly the frames missing between its recorded sequence
-// numbers (EXPECT_JSON "gaps": {"topic": TOPIC, "at_least": N}).
+// numbers (EXPECT_JSON "gaps": {"topic": TOPIC, "at_least": N, "at_most": M}, at_most optional).
 if (expect.gaps) {
   const channel = topics.get(expect.gaps.topic)?.channel;
   const sequences = all.filter((m) => m.channelId === channel?.id).map((m) => m.sequence);
@@ -127,6 +127,10 @@ if (expect.gaps) {
         `ipcring.drops says ${written}`);
   check(missing >= expect.gaps.at_least,
         `${expect.gaps.topic}: ${missing} frames missing, want at least ${expect.gaps.at_least}`);
+  if (expect.gaps.at_most !== undefined) {
+    check(missing <= expect.gaps.at_most,
+          `${expect.gaps.topic}: ${missing} frames missing, want at most ${expect.gaps.at_most}`);
+  }
   console.log(`check_recording: ${expect.gaps.topic}: ${missing} dropped frames, as written`);
 }
 

@@ -4,12 +4,15 @@
 //       subscribes to TOPIC (an rgb8 sensor_msgs/msg/Image channel), receives FRAMES frames and
 //       checks each one's header and every pixel against the pattern of the frame it was made
 //       from (recovered from its first word).
-//   node check_serve.mjs slow URL TOPIC SECONDS
+//   node check_serve.mjs slow URL TOPIC SECONDS [RINGDUMP]
 //       subscribes, then stops reading its socket for SECONDS; the server must count frames it
-//       dropped for this client (GET /stats) and go on serving the others.
+//       dropped for this client (GET /stats) and go on serving the others. With RINGDUMP (the
+//       binary), `ringdump show TOPIC --json` must then show this client's drops of TOPIC under
+//       "served_by" (serve's status file, written once a second).
 import wsProtocol from "@foxglove/ws-protocol"; // CommonJS
 import { CdrReader } from "@foxglove/cdr";
 import WebSocket from "ws";
+import { execFileSync } from "node:child_process";
 import { firstPatternMismatch, originSequence } from "./pattern.mjs";
 
 const { FoxgloveClient } = wsProtocol;
@@ -84,7 +87,8 @@ if (mode === "client") {
     }
   });
 } else if (mode === "slow") {
-  const [pauseSeconds] = rest.map(Number);
+  const pauseSeconds = Number(rest[0]);
+  const ringdump = rest[1];
   const ws = new WebSocket(wsUrl, ["foxglove.websocket.v1"]);
   let paused = false;
   ws.on("message", async (data, isBinary) => {
@@ -113,6 +117,23 @@ if (mode === "client") {
       fail(`no frames dropped for a client that stopped reading: ${JSON.stringify(after)}`);
     }
     if (queued.some((q) => q > 4)) fail(`a client queue beyond its bound: ${queued}`);
+    if (ringdump) {
+      // Still paused: the status file, at most a second old, shows this client's drops.
+      const ids = new Set(after.clients.filter((c) => c.dropped_frames > 0).map((c) => c.id));
+      let shown = null;
+      for (let i = 0; i < 30 && !shown; i++) {
+        const show = JSON.parse(execFileSync(ringdump, ["show", topic, "--json"]).toString());
+        if (show.serve_status_problems.length !== 0) {
+          fail(`show: serve status problems: ${JSON.stringify(show.serve_status_problems)}`);
+        }
+        const served = show.served_by.find((s) => s.clients.some((c) => ids.has(c.id) && c.dropped_frames > 0));
+        if (served) shown = served;
+        else await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      if (!shown) fail(`ringdump show ${topic} --json shows no drops of clients ${[...ids]}`);
+      if (!(shown.dropped_frames > 0)) fail(`show: channel total dropped_frames ${shown.dropped_frames}`);
+      console.log(`check_serve slow: ringdump show: ${JSON.stringify(shown)}`);
+    }
     ws.terminate();
     process.exit(0);
   });

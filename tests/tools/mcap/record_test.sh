@@ -8,8 +8,9 @@
 #    @foxglove/cdr (channels, schemas, counts, CRCs, summary, seeking, pixels).
 # 2. ringdump info on it.
 # 3. ringdump play of it into new channels, read by ringsub (every frame's pattern), by the
-#    Python checker (shape, dtype, values) and by a second ringdump record, whose timing
-#    check_timing.mjs compares with the first recording (within 10%, as ratios).
+#    Python checker (shape, dtype, values) and by a second ringdump record (--reader, so that
+#    play's --wait-readers counts it), whose timing check_timing.mjs compares with the first
+#    recording (within 10%, as ratios).
 # Needs node and npm (scripts/install-deps.sh installs them); their absence is a failure.
 set -euo pipefail
 tools=$1 python_dir=$2 work=$3
@@ -111,7 +112,8 @@ sub_raw=$!
 torch_check=$!
 replay=$work/replay.mcap
 rm -f "$replay"
-"$tools/ringdump" record "$cam2" "$raw2" "$tensor2" -o "$replay" --count $count --wait 20 \
+# --reader: play's --wait-readers counts reader entries, and an observer takes none.
+"$tools/ringdump" record "$cam2" "$raw2" "$tensor2" -o "$replay" --count $count --wait 20 --reader \
   > "$work/record2.out" || fail "ringdump record of the replay exited $?"
 wait $play || fail "ringdump play exited $?: $(cat "$work/play.out")"
 wait $sub_cam || fail "ringsub $cam2: $(cat "$work/sub_cam.out")"
