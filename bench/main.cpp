@@ -149,6 +149,13 @@ int main(int argc, char** argv) {
       "the sender spins on acknowledgements (holds its core); spin-mode receivers "
       "hold a core each; blocking receivers sleep");
   benchmark::AddCustomContext("ringbench_clock", "CLOCK_MONOTONIC, read by both processes");
+#ifdef RINGBENCH_ABLATE_TEXT
+  if (RINGBENCH_ABLATE_TEXT[0] != '\0') {
+    benchmark::AddCustomContext(
+        "ringbench_ablated",
+        std::string("read-path steps removed (RINGBENCH_ABLATE): ") + RINGBENCH_ABLATE_TEXT);
+  }
+#endif
   benchmark::AddCustomContext("ringbench_budget_s", std::to_string(settings().budget_s));
   benchmark::AddCustomContext("ringbench_blocking_gap_us",
                               std::to_string(settings().blocking_gap_ns / 1000));

@@ -6,6 +6,7 @@
 #include <bit>
 
 #include "common/clock.hpp"
+#include "ring/ablate.hpp"
 #include "ring/ring.hpp"
 
 namespace ipcring::detail {
@@ -77,9 +78,17 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   // claim's instead of following it (a prefetch is a hint, not an access: it loads no value,
   // cannot fault, and a failed claim only wasted it). Not for CUDA: buffer() may import a handle
   // there, and the bytes are device memory.
-  if (view.geo.backend != kBackendCuda) __builtin_prefetch(pool.buffer(i, state.epoch, 0));
-  const ClaimResult c = claim_for_read(slot, state.bit, generation);  // (R3)
-  if (c != ClaimResult::claimed) return Status::no_frame;
+  if constexpr (!ablated(Ablate::prefetch)) {
+    if (view.geo.backend != kBackendCuda) __builtin_prefetch(pool.buffer(i, state.epoch, 0));
+  }
+  if constexpr (ablated(Ablate::claim_rmw)) {
+    const std::uint64_t s = slot.state.load(std::memory_order_acquire);
+    if (SlotWord::writing(s)) return Status::no_frame;
+    generation = SlotWord::generation(s);
+  } else {
+    const ClaimResult c = claim_for_read(slot, state.bit, generation);  // (R3)
+    if (c != ClaimResult::claimed) return Status::no_frame;
+  }
   // The claim synchronised with the publication (P2) of generation `generation`: relaxed loads
   // of the descriptor see what was written before it, and it cannot change while our bit is set.
   // (R4) re-check: the claim may have landed on a later publication of the slot.
@@ -95,8 +104,8 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   // A takeover may have completed since try_read read the epoch: a frame of an ended epoch is
   // never returned once the new epoch is visible (the model's epoch-recheck-removed case). The
   // producer's lease line is read-mostly, so this load costs little.
-  if (LeaseWord::generation(view.producer().lease_word.load(std::memory_order_acquire)) !=
-      state.epoch) {
+  if (!ablated(Ablate::epoch_recheck) && LeaseWord::generation(view.producer().lease_word.load(
+                                             std::memory_order_acquire)) != state.epoch) {
     release_read(slot, state.bit, generation);
     return Status::no_frame;  // the next try_read reports producer_gone
   }
@@ -155,9 +164,14 @@ void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::u
     entry.overruns.store(state.overruns, std::memory_order_relaxed);
   }
   state.last_sequence = target;
-  held.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t now = monotonic_ns();
+  if constexpr (ablated(Ablate::held_rmw)) {
+    held.store(held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  } else {
+    held.fetch_add(1, std::memory_order_relaxed);
+  }
+  const std::uint64_t now = ablated(Ablate::clock) ? f.timestamp_ns : monotonic_ns();
   f.acquired_ns = now;
+  if constexpr (ablated(Ablate::telemetry)) return;
   // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
   // same machine); a timestamp in the future (hostile, or another boot) counts as 0.
   const std::uint64_t published_ns = f.timestamp_ns;
@@ -177,8 +191,10 @@ void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::u
 
 Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
                   std::atomic<std::uint32_t>& held, FrameFields& f) noexcept {
-  if (reader_evicted(view, state)) return Status::evicted;
-  if (const Status st = follow_epoch(view, state); st != Status::ok) return st;
+  if (!ablated(Ablate::evicted) && reader_evicted(view, state)) return Status::evicted;
+  if constexpr (!ablated(Ablate::epoch)) {
+    if (const Status st = follow_epoch(view, state); st != Status::ok) return st;
+  }
   ProducerBlock& p = view.producer();
   if (frames_held(held.load(std::memory_order_relaxed)) >= view.geo.max_held) {
     return Status::max_held;
