@@ -25,6 +25,7 @@ enum class Ablate : std::uint32_t {
   prefetch = 1U << 6,       // claim_frame's prefetch of the payload's first line
   claim_rmw = 1U << 7,      // the claim's CAS (R3): the slot word is only loaded, no bit is set
   demote = 1U << 8,         // the producer's demote of the slot line after publishing (CLDEMOTE)
+  tsc_clock = 1U << 9,      // the claim clock from the TSC (claim_clock.hpp): clock_gettime instead
 };
 
 inline constexpr std::uint32_t kAblateMask = IPCRING_ABLATE;

@@ -4,12 +4,78 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "common/clock.hpp"
 #include "ring/ablate.hpp"
+#include "ring/claim_clock.hpp"
 #include "ring/ring.hpp"
 
 namespace ipcring::detail {
+
+// ---- the claim clock (claim_clock.hpp) ---------------------------------------------------------
+
+bool tsc_clock_usable() noexcept {
+#if defined(__x86_64__)
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0x80000000U, nullptr) < 0x80000007U) return false;
+    __cpuid(0x80000007U, a, b, c, d);
+    if ((d & (1U << 8)) == 0) return false;  // no invariant TSC
+    std::FILE* f =
+        std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+    if (f == nullptr) return false;
+    char source[32] = {};
+    const bool read = std::fgets(source, sizeof source, f) != nullptr;
+    std::fclose(f);
+    return read && std::strcmp(source, "tsc\n") == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+std::uint64_t ClaimClock::anchor() noexcept {
+#if defined(__x86_64__)
+  const std::uint64_t t0 = __builtin_ia32_rdtsc();
+  const std::uint64_t ns = monotonic_ns();
+  const std::uint64_t t1 = __builtin_ia32_rdtsc();
+  const std::uint64_t t = t0 + (t1 - t0) / 2;
+  if (anchor_tsc_ == 0 || t <= anchor_tsc_ || ns <= anchor_ns_) {
+    anchor_tsc_ = t;  // the first anchor (or a counter that went backwards: start again)
+    anchor_ns_ = ns;
+    mult_ = 0;
+  } else if (ns - anchor_ns_ >= kAnchorNs / 2) {
+    // The rate over the interval since the last anchor, when that is short enough for the
+    // fixed-point division (dns < 2^31 ns, about 2 s; a longer one only moves the anchor) and
+    // plausible (0.1 to 20 GHz): kept. An implausible rate turns the TSC off for this cursor.
+    const std::uint64_t dt = t - anchor_tsc_, dns = ns - anchor_ns_;
+    if (dns < (std::uint64_t{1} << 31)) {
+      const std::uint64_t mult = (dns << 32) / dt;
+      if (mult < (std::uint64_t{1} << 32) / 20 || mult > (std::uint64_t{10} << 32)) {
+        use_tsc_ = false;
+        mult_ = 0;
+      } else {
+        mult_ = mult;
+        span_ticks_ = (kAnchorNs << 32) / mult;
+      }
+    }
+    anchor_tsc_ = t;
+    anchor_ns_ = ns;
+  }
+  // The clock read now, never below a value returned before.
+  if (ns > last_ns_) last_ns_ = ns;
+  return last_ns_;
+#else
+  return monotonic_ns();
+#endif
+}
 
 bool reader_evicted(const SegmentView& view, const CursorState& state) noexcept {
   // (L4) acquire, pairs with the reaper's (L3): a reader that still sees its own generation active
@@ -169,7 +235,10 @@ void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::u
   } else {
     held.fetch_add(1, std::memory_order_relaxed);
   }
-  const std::uint64_t now = ablated(Ablate::clock) ? f.timestamp_ns : monotonic_ns();
+  // The claim clock: CLOCK_MONOTONIC from the TSC where it can be (claim_clock.hpp).
+  const std::uint64_t now = ablated(Ablate::clock)       ? f.timestamp_ns
+                            : ablated(Ablate::tsc_clock) ? monotonic_ns()
+                                                         : state.clock.now_ns();
   f.acquired_ns = now;
   if constexpr (ablated(Ablate::telemetry)) return;
   // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
