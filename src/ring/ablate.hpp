@@ -26,6 +26,7 @@ enum class Ablate : std::uint32_t {
   claim_rmw = 1U << 7,      // the claim's CAS (R3): the slot word is only loaded, no bit is set
   demote = 1U << 8,         // the producer's demote of the slot line after publishing (CLDEMOTE)
   tsc_clock = 1U << 9,      // the claim clock from the TSC (claim_clock.hpp): clock_gettime instead
+  prefetchw = 1U << 10,     // claim_frame's prefetch-for-write of the slot line
 };
 
 inline constexpr std::uint32_t kAblateMask = IPCRING_ABLATE;

@@ -18,6 +18,19 @@
 
 namespace ipcring::detail {
 
+namespace {
+
+// PREFETCHW (0F 0D /1): a NOP on x86-64 CPUs without it; nothing elsewhere.
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" ::"m"(*static_cast<const char*>(p)));
+#else
+  (void)p;
+#endif
+}
+
+}  // namespace
+
 // ---- the claim clock (claim_clock.hpp) ---------------------------------------------------------
 
 bool tsc_clock_usable() noexcept {
@@ -140,6 +153,11 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   if (i >= view.geo.slots) return Status::no_frame;  // corrupt entry: never index with it
   Slot& slot = view.slot(i);
   std::uint64_t generation = 0;
+  // Ask for the slot's line for writing at once: the claim's load and its CAS then wait for one
+  // transfer of the line, not for a shared copy and then an ownership upgrade (a second round trip
+  // to the producer's core on the AMD guest where this was measured: docs/benchmarks.md). A hint
+  // like the prefetch below: it loads no value and orders nothing.
+  if constexpr (!ablated(Ablate::prefetchw)) prefetch_for_write(&slot);
   // Host frames: start fetching the payload's first line now, so that its transfer overlaps the
   // claim's instead of following it (a prefetch is a hint, not an access: it loads no value,
   // cannot fault, and a failed claim only wasted it). Not for CUDA: buffer() may import a handle
