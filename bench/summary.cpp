@@ -80,7 +80,8 @@ std::string summary_markdown(const std::vector<Captured>& runs, const SummaryOpt
 
   summary::latency_markdown(md, runs);
   summary::throughput_markdown(md, runs);
-  md << kMarkdownEnd << "\n";
+  md << kMarkdownEnd << "\n\n";
+  summary::growth_markdown(md, runs);
   return md.str();
 }
 
@@ -102,6 +103,7 @@ bool print_summary(const std::vector<Captured>& runs, const SummaryOptions& opti
   const std::vector<std::string> headline = summary::latency_headline();
   summary::print_latency(runs, headline);
   summary::print_throughput(runs);
+  summary::print_growth(runs);
   if (!png_path.empty()) {
     std::vector<std::string> bars = headline;
     summary::plot(runs, png_path, bars);

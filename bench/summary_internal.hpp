@@ -99,6 +99,11 @@ void latency_markdown(std::ostringstream& md, const std::vector<Captured>& runs)
 void print_throughput(const std::vector<Captured>& runs);
 void throughput_markdown(std::ostringstream& md, const std::vector<Captured>& runs);
 
+// Console and markdown (its own block, kGrowthBegin ... kGrowthEnd): the growth tables and their
+// verdicts (summary_growth.cpp).
+void print_growth(const std::vector<Captured>& runs);
+void growth_markdown(std::ostringstream& md, const std::vector<Captured>& runs);
+
 // Writes a PNG with gnuplot (the bars, and ipcring's p50 against the frame size).
 bool plot(const std::vector<Captured>& runs, const std::string& png,
           const std::vector<std::string>& bars);
