@@ -303,6 +303,30 @@ void single_benchmark(benchmark::State& state, int which) {
 
 }  // namespace
 
+void ipcring_growth_benchmark(benchmark::State& state, bool sequential, bool blocking, int readers,
+                              std::size_t bytes, std::uint32_t window, std::uint32_t slots) {
+#if IPCRING_BENCH_HAVE_LIB
+  Ipcring m;
+  m.policy = sequential ? ipcring::ReadPolicy::sequential : ipcring::ReadPolicy::latest;
+  m.blocking = blocking;
+  m.readers = readers;
+  m.bytes = bytes;
+  m.slots = slots != 0 ? slots : window == 0 ? 0 : 4 * window;
+  RunSpec spec;
+  spec.receivers = readers;
+  spec.payload_bytes = bytes;
+  spec.measure = Measure::one_way;
+  spec.rx_wait = blocking ? WaitMode::blocking : WaitMode::spin;
+  spec.gap_ns = blocking && window == 0 ? settings().blocking_gap_ns : 0;
+  spec.window = window;
+  run(state, m, spec);
+#else
+  (void)sequential, (void)blocking, (void)readers, (void)bytes, (void)window, (void)slots;
+  state.SkipWithError(
+      "skipped: ipcring library not built in (ringbench configured without ipcring::ipcring)");
+#endif
+}
+
 void register_ipcring() {
   add_benchmark("single/atomic_increment", [](benchmark::State& s) { single_benchmark(s, 0); });
   add_benchmark("single/ipcring/loan_publish", [](benchmark::State& s) { single_benchmark(s, 1); });

@@ -2,19 +2,31 @@
 """Checks the ratio tables that `ringbench --summary --summary_md=FILE` generated.
 
 usage: check_tables.py FILE...                   every ratio adds up (exit 0) or not (exit 1)
-       check_tables.py --update SUMMARY FILE...  put SUMMARY's tables into each FILE first
+       check_tables.py --update SUMMARY FILE...  put SUMMARY's tables into each FILE first (its
+                                                 growth block into each FILE that has one)
 
 A generated block lies between the markers below, each on a line of its own. In it, every table whose header reads
 `| ratio | numerator | U | denominator | U | ratio |` lists two values and their ratio per row;
 the ratio must be numerator / denominator rounded to two decimals ("1.62x"), or say why there is
 none ("not compared (oversubscribed)", "n/a (...)"). A file without a block, or a block without
 a single ratio row, fails too: the check must have something to check.
+
+A growth block (between GROWTH_BEGIN and GROWTH_END; optional) holds tables of
+`| x | benchmark | value |` rows, each followed by a line `Verdict: WORD (...)`. The verdict must be
+the one the rows give (summary_growth.cpp): the least-squares slope of log(cost) against log(x),
+cost = value, or 1 / value when the value's header says "higher is better"; "flat" when the fitted
+growth (x_last / x_first)^slope is at most 1.5, "linear" when the slope is at most 1.25, "worse"
+otherwise, "n/a" with fewer than two values.
 """
+import math
 import re
 import sys
 
 BEGIN = "<!-- ringbench-summary:begin -->"
 END = "<!-- ringbench-summary:end -->"
+GROWTH_BEGIN = "<!-- ringbench-growth:begin -->"
+GROWTH_END = "<!-- ringbench-growth:end -->"
+VERDICT = re.compile(r"^Verdict: \*{0,2}(flat|linear|worse|n/a)\b")
 RATIO = re.compile(r"^(\d+(?:\.\d+)?)x$")
 NUMBER = re.compile(r"^-?\d+(?:\.\d+)?$")
 
@@ -29,15 +41,15 @@ def marker_at(text, marker, start):
     return m.start() if m else -1
 
 
-def blocks(text, path):
+def blocks(text, path, begin=BEGIN, end=END):
     out, start = [], 0
     while True:
-        b = marker_at(text, BEGIN, start)
+        b = marker_at(text, begin, start)
         if b < 0:
             return out
-        e = marker_at(text, END, b)
+        e = marker_at(text, end, b)
         if e < 0:
-            raise ValueError(f"{path}: {BEGIN} without {END}")
+            raise ValueError(f"{path}: {begin} without {end}")
         out.append((text.count("\n", 0, b) + 1, text[b:e]))
         start = e
 
@@ -104,6 +116,61 @@ def check_block(path, first_line, block):
     return rows, errors
 
 
+def growth_verdict(points, higher_is_better):
+    pts = [(math.log(x), math.log(1 / y if higher_is_better else y)) for x, y in points
+           if x > 0 and y > 0]
+    if len(pts) < 2:
+        return "n/a"
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    slope = sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+    growth = math.exp(slope * (pts[-1][0] - pts[0][0]))
+    return "flat" if growth <= 1.5 else "linear" if slope <= 1.25 else "worse"
+
+
+def check_growth_block(path, first_line, block):
+    """(tables checked, errors) of one growth block."""
+    errors, tables = [], 0
+    header, points, higher = None, [], False
+    for offset, line in enumerate(block.splitlines()):
+        where = f"{path}:{first_line + offset}"
+        if line.startswith("|"):
+            c = cells(line)
+            if set(line) <= set("|-: "):
+                continue
+            if header is None:
+                header, points = c, []
+                higher = len(c) == 3 and "higher is better" in c[2]
+                continue
+            if len(c) != 3 or not NUMBER.match(c[0]):
+                errors.append(f"{where}: a growth row needs 3 cells and a number first: {line}")
+                continue
+            if NUMBER.match(c[2]):
+                points.append((float(c[0]), float(c[2])))
+            elif not (c[2].startswith("n/a") or c[2].startswith("not compared")):
+                errors.append(f"{where}: value '{c[2]}' is neither a number nor a reason")
+            continue
+        m = VERDICT.match(line)
+        if m:
+            if header is None:
+                errors.append(f"{where}: a verdict without a table")
+                continue
+            tables += 1
+            expected = growth_verdict(points, higher)
+            if m.group(1) != expected:
+                errors.append(f"{where}: verdict '{m.group(1)}' but the rows give '{expected}'")
+            header = None
+        elif line.strip() and header is not None and not line.startswith("|"):
+            errors.append(f"{where}: a growth table without its verdict line")
+            header = None
+    if header is not None:
+        errors.append(f"{path}: the last growth table has no verdict line")
+    if tables == 0:
+        errors.append(f"{path}:{first_line}: the growth block holds no table with a verdict")
+    return tables, errors
+
+
 def check(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
@@ -117,6 +184,8 @@ def check(path):
         errors += e
     if rows == 0:
         errors.append(f"{path}: the generated block holds no ratio row")
+    for first_line, block in blocks(text, path, GROWTH_BEGIN, GROWTH_END):
+        errors += check_growth_block(path, first_line, block)[1]
     return errors
 
 
@@ -136,8 +205,15 @@ def update(summary_path, paths):
             raise ValueError(f"{path}: no {BEGIN} ... {END} to replace")
         if marker_at(text, BEGIN, e) >= 0:
             raise ValueError(f"{path}: more than one generated block")
+        text = text[:b] + new + text[e:]
+        # The growth block too, into the files that hold one (docs/benchmarks.md; not the README).
+        growth = blocks(summary, summary_path, GROWTH_BEGIN, GROWTH_END)
+        gb = marker_at(text, GROWTH_BEGIN, 0)
+        ge = marker_at(text, GROWTH_END, gb) if gb >= 0 else -1
+        if growth and gb >= 0 and ge >= 0:
+            text = text[:gb] + growth[0][1] + text[ge:]
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text[:b] + new + text[e:])
+            f.write(text)
 
 
 def main(argv):

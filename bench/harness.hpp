@@ -434,4 +434,5 @@ benchmark::internal::Benchmark* add_benchmark(const std::string& name,
 void register_baselines();
 void register_iceoryx();
 void register_ipcring();
+void register_growth();  // bench_growth.cpp
 }  // namespace ringbench

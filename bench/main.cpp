@@ -128,13 +128,25 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
   if (summary && !user_filter) {
+    // The headline (readers:1, 4 KiB and 8 MiB), then the growth section: blocking readers 1-8,
+    // spinning readers only as many as fit beside the sender, frame sizes 64 B to 64 MiB.
+    std::string spinning = "1";
+    for (int r : {2, 4, 8}) {
+      if (r + 1 <= ringbench::cpus_available()) spinning += "|" + std::to_string(r);
+    }
     benchmark::SetBenchmarkFilter(
-        "^(baseline/|single/|throughput/|ipcring/[a-z]+/[a-z]+/readers:1/bytes:(4096|8388608)/)");
+        "^(baseline/|single/|throughput/|growth/|ipcring/[a-z]+/[a-z]+/readers:1/"
+        "bytes:(4096|8388608)/"
+        "|ipcring/latest/blocking/readers:(2|4|8)/bytes:4096/"
+        "|ipcring/latest/spin/readers:(" +
+        spinning +
+        ")/bytes:4096/|ipcring/latest/spin/readers:1/bytes:(64|65536|1048576|67108864)/)");
   }
 
   ringbench::register_baselines();
   ringbench::register_iceoryx();
   ringbench::register_ipcring();
+  ringbench::register_growth();
 
   const ringbench::Pinning one = ringbench::plan_pinning(1);
   const ringbench::Pinning eight = ringbench::plan_pinning(8);
@@ -149,6 +161,13 @@ int main(int argc, char** argv) {
       "the sender spins on acknowledgements (holds its core); spin-mode receivers "
       "hold a core each; blocking receivers sleep");
   benchmark::AddCustomContext("ringbench_clock", "CLOCK_MONOTONIC, read by both processes");
+#ifdef RINGBENCH_ABLATE_TEXT
+  if (RINGBENCH_ABLATE_TEXT[0] != '\0') {
+    benchmark::AddCustomContext(
+        "ringbench_ablated",
+        std::string("read-path steps removed (RINGBENCH_ABLATE): ") + RINGBENCH_ABLATE_TEXT);
+  }
+#endif
   benchmark::AddCustomContext("ringbench_budget_s", std::to_string(settings().budget_s));
   benchmark::AddCustomContext("ringbench_blocking_gap_us",
                               std::to_string(settings().blocking_gap_ns / 1000));

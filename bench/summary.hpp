@@ -39,5 +39,9 @@ bool print_summary(const std::vector<Captured>& runs, const SummaryOptions& opti
 std::string summary_markdown(const std::vector<Captured>& runs, const SummaryOptions& options);
 inline constexpr const char* kMarkdownBegin = "<!-- ringbench-summary:begin -->";
 inline constexpr const char* kMarkdownEnd = "<!-- ringbench-summary:end -->";
+// The growth tables follow in a block of their own (docs/benchmarks.md only; the README quotes
+// the verdicts).
+inline constexpr const char* kGrowthBegin = "<!-- ringbench-growth:begin -->";
+inline constexpr const char* kGrowthEnd = "<!-- ringbench-growth:end -->";
 
 }  // namespace ringbench

@@ -147,6 +147,7 @@ ReaderCore::ReaderCore(std::string_view name, const ReaderOptions& options,
       instance_id_(random_instance_id()),
       fork_gen_(fork_generation()) {
   cursor_.policy = options.policy;
+  cursor_.clock.init(tsc_clock_usable());
 }
 
 ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& options,

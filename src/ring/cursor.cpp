@@ -4,11 +4,91 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "common/clock.hpp"
+#include "ring/ablate.hpp"
+#include "ring/claim_clock.hpp"
 #include "ring/ring.hpp"
 
 namespace ipcring::detail {
+
+namespace {
+
+// PREFETCHW (0F 0D /1): a NOP on x86-64 CPUs without it; nothing elsewhere.
+inline void prefetch_for_write(const void* p) noexcept {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" ::"m"(*static_cast<const char*>(p)));
+#else
+  (void)p;
+#endif
+}
+
+}  // namespace
+
+// ---- the claim clock (claim_clock.hpp) ---------------------------------------------------------
+
+bool tsc_clock_usable() noexcept {
+#if defined(__x86_64__)
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0x80000000U, nullptr) < 0x80000007U) return false;
+    __cpuid(0x80000007U, a, b, c, d);
+    if ((d & (1U << 8)) == 0) return false;  // no invariant TSC
+    std::FILE* f =
+        std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+    if (f == nullptr) return false;
+    char source[32] = {};
+    const bool read = std::fgets(source, sizeof source, f) != nullptr;
+    std::fclose(f);
+    return read && std::strcmp(source, "tsc\n") == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
+
+std::uint64_t ClaimClock::anchor() noexcept {
+#if defined(__x86_64__)
+  const std::uint64_t t0 = __builtin_ia32_rdtsc();
+  const std::uint64_t ns = monotonic_ns();
+  const std::uint64_t t1 = __builtin_ia32_rdtsc();
+  const std::uint64_t t = t0 + (t1 - t0) / 2;
+  if (anchor_tsc_ == 0 || t <= anchor_tsc_ || ns <= anchor_ns_) {
+    anchor_tsc_ = t;  // the first anchor (or a counter that went backwards: start again)
+    anchor_ns_ = ns;
+    mult_ = 0;
+  } else if (ns - anchor_ns_ >= kAnchorNs / 2) {
+    // The rate over the interval since the last anchor, when that is short enough for the
+    // fixed-point division (dns < 2^31 ns, about 2 s; a longer one only moves the anchor) and
+    // plausible (0.1 to 20 GHz): kept. An implausible rate turns the TSC off for this cursor.
+    const std::uint64_t dt = t - anchor_tsc_, dns = ns - anchor_ns_;
+    if (dns < (std::uint64_t{1} << 31)) {
+      const std::uint64_t mult = (dns << 32) / dt;
+      if (mult < (std::uint64_t{1} << 32) / 20 || mult > (std::uint64_t{10} << 32)) {
+        use_tsc_ = false;
+        mult_ = 0;
+      } else {
+        mult_ = mult;
+        span_ticks_ = (kAnchorNs << 32) / mult;
+      }
+    }
+    anchor_tsc_ = t;
+    anchor_ns_ = ns;
+  }
+  // The clock read now, never below a value returned before.
+  if (ns > last_ns_) last_ns_ = ns;
+  return last_ns_;
+#else
+  return monotonic_ns();
+#endif
+}
 
 bool reader_evicted(const SegmentView& view, const CursorState& state) noexcept {
   // (L4) acquire, pairs with the reaper's (L3): a reader that still sees its own generation active
@@ -73,13 +153,26 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   if (i >= view.geo.slots) return Status::no_frame;  // corrupt entry: never index with it
   Slot& slot = view.slot(i);
   std::uint64_t generation = 0;
+  // Ask for the slot's line for writing at once: the claim's load and its CAS then wait for one
+  // transfer of the line, not for a shared copy and then an ownership upgrade (a second round trip
+  // to the producer's core on the AMD guest where this was measured: docs/benchmarks.md). A hint
+  // like the prefetch below: it loads no value and orders nothing.
+  if constexpr (!ablated(Ablate::prefetchw)) prefetch_for_write(&slot);
   // Host frames: start fetching the payload's first line now, so that its transfer overlaps the
   // claim's instead of following it (a prefetch is a hint, not an access: it loads no value,
   // cannot fault, and a failed claim only wasted it). Not for CUDA: buffer() may import a handle
   // there, and the bytes are device memory.
-  if (view.geo.backend != kBackendCuda) __builtin_prefetch(pool.buffer(i, state.epoch, 0));
-  const ClaimResult c = claim_for_read(slot, state.bit, generation);  // (R3)
-  if (c != ClaimResult::claimed) return Status::no_frame;
+  if constexpr (!ablated(Ablate::prefetch)) {
+    if (view.geo.backend != kBackendCuda) __builtin_prefetch(pool.buffer(i, state.epoch, 0));
+  }
+  if constexpr (ablated(Ablate::claim_rmw)) {
+    const std::uint64_t s = slot.state.load(std::memory_order_acquire);
+    if (SlotWord::writing(s)) return Status::no_frame;
+    generation = SlotWord::generation(s);
+  } else {
+    const ClaimResult c = claim_for_read(slot, state.bit, generation);  // (R3)
+    if (c != ClaimResult::claimed) return Status::no_frame;
+  }
   // The claim synchronised with the publication (P2) of generation `generation`: relaxed loads
   // of the descriptor see what was written before it, and it cannot change while our bit is set.
   // (R4) re-check: the claim may have landed on a later publication of the slot.
@@ -95,8 +188,8 @@ Status claim_frame(const SegmentView& view, ReaderPool& pool, const CursorState&
   // A takeover may have completed since try_read read the epoch: a frame of an ended epoch is
   // never returned once the new epoch is visible (the model's epoch-recheck-removed case). The
   // producer's lease line is read-mostly, so this load costs little.
-  if (LeaseWord::generation(view.producer().lease_word.load(std::memory_order_acquire)) !=
-      state.epoch) {
+  if (!ablated(Ablate::epoch_recheck) && LeaseWord::generation(view.producer().lease_word.load(
+                                             std::memory_order_acquire)) != state.epoch) {
     release_read(slot, state.bit, generation);
     return Status::no_frame;  // the next try_read reports producer_gone
   }
@@ -155,9 +248,17 @@ void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::u
     entry.overruns.store(state.overruns, std::memory_order_relaxed);
   }
   state.last_sequence = target;
-  held.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t now = monotonic_ns();
+  if constexpr (ablated(Ablate::held_rmw)) {
+    held.store(held.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  } else {
+    held.fetch_add(1, std::memory_order_relaxed);
+  }
+  // The claim clock: CLOCK_MONOTONIC from the TSC where it can be (claim_clock.hpp).
+  const std::uint64_t now = ablated(Ablate::clock)       ? f.timestamp_ns
+                            : ablated(Ablate::tsc_clock) ? monotonic_ns()
+                                                         : state.clock.now_ns();
   f.acquired_ns = now;
+  if constexpr (ablated(Ablate::telemetry)) return;
   // Delay publish -> claim: the publish time is the producer's monotonic_ns() (same clock,
   // same machine); a timestamp in the future (hostile, or another boot) counts as 0.
   const std::uint64_t published_ns = f.timestamp_ns;
@@ -177,8 +278,10 @@ void count_claim(const SegmentView& view, CursorState& state, std::atomic<std::u
 
 Status next_frame(const SegmentView& view, ReaderPool& pool, CursorState& state,
                   std::atomic<std::uint32_t>& held, FrameFields& f) noexcept {
-  if (reader_evicted(view, state)) return Status::evicted;
-  if (const Status st = follow_epoch(view, state); st != Status::ok) return st;
+  if (!ablated(Ablate::evicted) && reader_evicted(view, state)) return Status::evicted;
+  if constexpr (!ablated(Ablate::epoch)) {
+    if (const Status st = follow_epoch(view, state); st != Status::ok) return st;
+  }
   ProducerBlock& p = view.producer();
   if (frames_held(held.load(std::memory_order_relaxed)) >= view.geo.max_held) {
     return Status::max_held;

@@ -19,6 +19,7 @@
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/result.hpp"
+#include "ring/claim_clock.hpp"
 #include "segment/layout.hpp"
 
 namespace ipcring::detail {
@@ -34,6 +35,7 @@ struct CursorState {
   bool gone_reported = false;          // producer_gone already returned for this epoch's end
   std::uint64_t overruns = 0;
   std::uint64_t observer_dropped = 0;  // observers: copies refused by the re-check (observe.hpp)
+  ClaimClock clock;                    // the claim's clock (acquired_ns, the delay histogram)
 };
 
 // `held` counts the frames a reader holds in its low bits; the owner may keep flags above

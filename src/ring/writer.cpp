@@ -4,6 +4,7 @@
 
 #include "common/cacheline.hpp"
 #include "common/clock.hpp"
+#include "ring/ablate.hpp"
 #include "ring/ring.hpp"
 #include "wait/futex.hpp"
 
@@ -131,7 +132,7 @@ Status publish_frame(const SegmentView& view, ProducerPool& pool, WriterState& s
   // cache, so the claim needs no transfer from this core (common/cacheline.hpp). Last, after the
   // locked RMW above: a locked instruction waits for an earlier demote to complete, which would
   // put that wait on every publish.
-  demote_line(&slot);
+  if constexpr (!ablated(Ablate::demote)) demote_line(&slot);
   state.newest_slot = i;
   sequence = seq;
   return Status::ok;

@@ -15,6 +15,8 @@
 #include <utility>
 
 #include "backend/pool.hpp"
+#include "common/clock.hpp"
+#include "ring/claim_clock.hpp"
 #include "ring/cursor.hpp"
 #include "ring/observe.hpp"
 #include "ring/ring.hpp"
@@ -681,4 +683,38 @@ TEST_CASE("observer: the epoch change is reported, a frame of an ended epoch nev
   seg.view.slot(2).bytes.store(seg.view.geo.frame_bytes + 1);
   FrameFields g;
   CHECK(o.next(g) == Status::no_frame);
+}
+
+// ---- the claim clock (ring/claim_clock.hpp) ----------------------------------------------------
+
+// Each value lies between CLOCK_MONOTONIC read just before and just after it (within a margin
+// for the anchors' jitter), and no value is smaller than the one before; on a machine where the
+// TSC may stand in for the clock it is calibrated after its first 25 ms. Accuracy, not speed: a
+// preemption between the reads only widens the window.
+TEST_CASE("the claim clock follows CLOCK_MONOTONIC and never goes back") {
+  for (const bool use_tsc : {false, true}) {
+    CAPTURE(use_tsc);
+    ClaimClock clock;
+    clock.init(use_tsc && tsc_clock_usable());
+    constexpr std::uint64_t kMarginNs = 100'000;
+    std::uint64_t previous = 0;
+    const std::uint64_t start = monotonic_ns();
+    int checked = 0;
+    while (monotonic_ns() - start < 3 * ClaimClock::kAnchorNs) {
+      const std::uint64_t before = monotonic_ns();
+      const std::uint64_t now = clock.now_ns();
+      const std::uint64_t after = monotonic_ns();
+      REQUIRE(now >= previous);
+      REQUIRE(now + kMarginNs >= before);
+      REQUIRE(now <= after + kMarginNs);
+      previous = now;
+      ++checked;
+    }
+    CHECK(checked > 1000);
+    if (use_tsc && tsc_clock_usable()) {
+      CHECK(clock.calibrated());
+    } else {
+      CHECK_FALSE(clock.calibrated());
+    }
+  }
 }
