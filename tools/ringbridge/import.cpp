@@ -3,13 +3,15 @@
 // The bridge is the channel's producer, like any other: local readers attach by name and read
 // the frames zero-copy. Each sample is checked (wire.hpp) before anything is loaned: a sample
 // larger than the channel's frames, or with impossible metadata or tensor fields, is counted and
-// dropped. Cyclone deserialises each sample into memory it lends us (dds_take with loans); the
-// bridge copies it once more, into the channel's loan.
+// dropped. The samples are taken serialised (dds_takecdr) and decoded in place, so the payload
+// is copied once, from Cyclone's receive buffer into the channel's loan.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <span>
+
+#include <dds/ddsi/ddsi_serdata.h>
 
 #include "bridge.hpp"
 #include "ipcring/ipcring.hpp"
@@ -82,21 +84,44 @@ class Importer {
   }
 
  private:
+  // Takes the samples serialised, as Cyclone received them, and decodes each in place: its
+  // payload is copied once, straight from Cyclone's buffer into the loan (wire.hpp).
   void take_batch() {
-    void* samples[kTakeBatch] = {};
+    ddsi_serdata* samples[kTakeBatch] = {};
     dds_sample_info_t infos[kTakeBatch];
-    const dds_return_t n = dds_take(reader_, samples, infos, kTakeBatch, kTakeBatch);
+    const dds_return_t n = dds_takecdr(reader_, samples, kTakeBatch, infos, DDS_ANY_STATE);
     if (n <= 0) return;
     for (dds_return_t i = 0; i < n; ++i) {
-      if (!infos[i].valid_data) continue;  // a dispose or unregister: no payload
-      ++stats_.received;
-      if (o_.ros2) {
-        handle_image(*static_cast<const sensor_msgs_msg_dds__Image_*>(samples[i]));
+      if (infos[i].valid_data) handle(samples[i]);  // else a dispose or unregister: no payload
+      ddsi_serdata_unref(samples[i]);
+    }
+  }
+
+  void handle(ddsi_serdata* d) {
+    ++stats_.received;
+    const std::uint32_t size = ddsi_serdata_size(d);
+    ddsrt_iovec_t iov{};
+    ddsi_serdata* const ref = ddsi_serdata_to_ser_ref(d, 0, size, &iov);
+    const std::span<const std::byte> cdr{static_cast<const std::byte*>(iov.iov_base),
+                                         static_cast<std::size_t>(iov.iov_len)};
+    if (o_.ros2) {
+      sensor_msgs_msg_dds__Image_ s{};
+      const Verdict v = decode_image_sample(cdr, s);
+      if (v == Verdict::ok) {
+        handle_image(s);
       } else {
-        handle_frame(*static_cast<const ipcring_bridge_Frame*>(samples[i]));
+        count_drop(v, stats_.received, cdr.size());
+      }
+    } else {
+      ipcring_bridge_Frame s{};
+      const Verdict v = decode_frame_sample(cdr, s);
+      if (v == Verdict::ok) {
+        handle_frame(s);
+      } else {
+        count_drop(v, 0, cdr.size());
       }
     }
-    dds_return_loan(reader_, samples, n);
+    ddsi_serdata_to_ser_unref(ref, &iov);
   }
 
   void count_drop(Verdict v, std::uint64_t sequence, std::size_t bytes) {
