@@ -42,6 +42,7 @@ class Importer {
   explicit Importer(const ImportOptions& o) : o_(o), dds_topic_(dds_topic_name(o.topic, o.ros2)) {}
 
   int run() {
+    keep_frame_buffers_in_heap();
     configure_cyclone(o_.dds.interface_name);
     try {
       producer_.emplace(Producer::create(o_.channel, o_.channel_config));
