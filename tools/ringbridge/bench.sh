@@ -5,9 +5,14 @@
 #   defaults: build/default, 5 s per measurement, sizes 1 2 4 8 (MiB)
 # Environment: BENCH_RELIABLE_ONLY=1 measures only the reliable columns (and their ratio);
 #   BENCH_BASE=OTHER_BUILD_DIR adds that build's bridge, reliable, in the same row (before/after).
-# The bridge path is ringpub A (as fast as it can) -> ringbridge export (latest) -> DDS ->
-# ringbridge import -> channel B; best effort also at 30 frames/s (a camera); ddsperf is `ddsperf pub size S` -> `ddsperf sub`. Both use
-# the configuration `ringbridge config --interface lo` prints.
+# The bridge path is ringpub A -> ringbridge export (latest) -> DDS -> ringbridge import ->
+# channel B; ddsperf is `ddsperf pub size S` -> `ddsperf sub`. Both use the configuration
+# `ringbridge config --interface lo` prints. Reliable, the bridge runs twice: with ringpub at
+# 1.25 x the frames/s ddsperf reached just before in the same row ("paced": like ddsperf's
+# publisher, which makes a sample only when its writer takes one, the producer makes about as
+# many frames as are carried), and with ringpub as fast as it can ("flooding": it fills frames
+# that are overwritten unsent, on the same CPUs). Best effort as fast as possible and at 30
+# frames/s (a camera).
 set -euo pipefail
 build=${1:-build/default}
 secs=${2:-5}
@@ -63,43 +68,63 @@ bridge_run() {  # size_bytes reliability rate [build] -> "frames_per_s sent rece
 
 mb() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%.0f", f * s / 1e6 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+paced() { awk -v d="$1" 'BEGIN { printf "%d", (d > 0 ? d * 1.25 + 1 : 0) }'; }
 if [[ -n ${BENCH_RELIABLE_ONLY:-} || -n ${BENCH_BASE:-} ]]; then
   base=${BENCH_BASE:-}
   [[ -z $base || -x $base/tools/ringbridge/ringbridge ]] || { echo "bench: $base not built" >&2; exit 1; }
-  printf '%-7s | %-14s | %-14s | %-6s' "reliable" "ddsperf" "ringbridge" "ratio"
-  [[ -n $base ]] && printf ' | %-14s | %-6s' "base build" "ratio"
+  printf '%-8s | %-14s | %-21s | %-21s' "reliable" "ddsperf" "ringbridge paced" "ringbridge flooding"
+  [[ -n $base ]] && printf ' | %-21s | %-21s' "base build paced" "base build flooding"
   printf ' | load\n'
+  printf '%-8s | %-14s | %-21s | %-21s' "" "frames/s  MB/s" "frames/s  MB/s ratio" \
+    "frames/s  MB/s ratio"
+  [[ -n $base ]] && printf ' | %-21s | %-21s' "frames/s  MB/s ratio" "frames/s  MB/s ratio"
+  printf ' |\n'
+  cell() { printf ' | %7.1f %6s %6s' "$1" "$(mb "$1" "$size")" "$(ratio "$1" "$dr")"; }
   for mib in "${sizes[@]}"; do
     size=$((mib * 1048576))
     read -r dr _ < <(ddsperf_run "$size" "" "")
-    read -r br _ _ < <(bridge_run "$size" reliable 0)
-    printf '%-7s | %7.1f %6s | %7.1f %6s | %6s' "${mib}MiB" "$dr" "$(mb "$dr" "$size")" "$br" \
-      "$(mb "$br" "$size")" "$(ratio "$br" "$dr")"
+    pace=$(paced "$dr")
+    printf '%-8s | %7.1f %6s' "${mib}MiB" "$dr" "$(mb "$dr" "$size")"
+    read -r bp _ _ < <(bridge_run "$size" reliable "$pace")
+    cell "$bp"
+    read -r bf _ _ < <(bridge_run "$size" reliable 0)
+    cell "$bf"
     if [[ -n $base ]]; then
-      read -r bb _ _ < <(bridge_run "$size" reliable 0 "$base")
-      printf ' | %7.1f %6s | %6s' "$bb" "$(mb "$bb" "$size")" "$(ratio "$bb" "$dr")"
+      read -r bbp _ _ < <(bridge_run "$size" reliable "$pace" "$base")
+      cell "$bbp"
+      read -r bbf _ _ < <(bridge_run "$size" reliable 0 "$base")
+      cell "$bbf"
     fi
     printf ' | %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
   done
-  echo "frames/s and MB/s (10^6 bytes of payload) delivered; ratio: ringbridge / ddsperf"
+  echo "frames/s and MB/s (10^6 bytes of payload) delivered; ratio: ringbridge / ddsperf; paced:"
+  echo "ringpub at 1.25 x ddsperf's frames/s of the row; flooding: ringpub as fast as it can"
   exit 0
 fi
-printf '%-7s | %-47s | %-47s\n' "" "ddsperf pub -> sub" "ringbridge export -> import"
-printf '%-7s | %-14s | %-15s | %-14s | %-14s | %-15s | %-14s\n' "size" "reliable" \
-  "best-effort" "b-e 30 Hz" "reliable" "best-effort" "b-e 30 Hz"
-printf '%-7s | %-14s | %-15s | %-14s | %-14s | %-15s | %-14s\n' "" "frames/s  MB/s" \
-  "frames/s  lost" "frames/s lost" "frames/s  MB/s" "frames/s  lost" "frames/s lost"
+printf '%-7s | %-47s | %-71s | %-11s\n' "" "ddsperf pub -> sub" "ringbridge export -> import" \
+  "ratio, rel."
+printf '%-7s | %-14s | %-15s | %-14s | %-14s | %-14s | %-15s | %-14s | %-11s | load\n' "size" \
+  "reliable" "best-effort" "b-e 30 Hz" "rel. paced" "rel. flooding" "best-effort" "b-e 30 Hz" \
+  "paced flood"
+printf '%-7s | %-14s | %-15s | %-14s | %-14s | %-14s | %-15s | %-14s | %-11s |\n' "" \
+  "frames/s  MB/s" "frames/s  lost" "frames/s lost" "frames/s  MB/s" "frames/s  MB/s" \
+  "frames/s  lost" "frames/s lost" ""
 for mib in "${sizes[@]}"; do
   size=$((mib * 1048576))
   read -r dr _ < <(ddsperf_run "$size" "" "")
   read -r du dl < <(ddsperf_run "$size" "-u" "")
   read -r d30 dl30 < <(ddsperf_run "$size" "-u" "30Hz")
+  read -r bp _ _ < <(bridge_run "$size" reliable "$(paced "$dr")")
   read -r br _ _ < <(bridge_run "$size" reliable 0)
   read -r bu bs brc < <(bridge_run "$size" best-effort 0)
   read -r b30 bs30 brc30 < <(bridge_run "$size" best-effort 30)
-  printf '%-7s | %7.1f %6s | %7.1f %7s | %6.1f %7s | %7.1f %6s | %7.1f %7s | %6.1f %7s\n' \
+  printf '%-7s | %7.1f %6s | %7.1f %7s | %6.1f %7s | %7.1f %6s | %7.1f %6s | %7.1f %7s | %6.1f %7s | %5s %5s | %s\n' \
     "${mib}MiB" "$dr" "$(mb "$dr" "$size")" "$du" "$dl" "$d30" "$dl30" \
-    "$br" "$(mb "$br" "$size")" "$bu" "$((bs - brc))/$bs" "$b30" "$((bs30 - brc30))/$bs30"
+    "$bp" "$(mb "$bp" "$size")" "$br" "$(mb "$br" "$size")" "$bu" "$((bs - brc))/$bs" \
+    "$b30" "$((bs30 - brc30))/$bs30" "$(ratio "$bp" "$dr")" "$(ratio "$br" "$dr")" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "lost: ddsperf: samples its subscriber counted lost; ringbridge: (sent - received)/sent"
-echo "MB/s: 10^6 bytes of payload per second delivered"
+echo "MB/s: 10^6 bytes of payload per second delivered; ratio: ringbridge reliable / ddsperf"
+echo "reliable; paced: ringpub at 1.25 x ddsperf's reliable frames/s of the row; flooding:"
+echo "ringpub as fast as it can"
