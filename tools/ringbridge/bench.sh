@@ -4,7 +4,8 @@
 # Usage: tools/ringbridge/bench.sh [BUILD_DIR] [SECONDS] [SIZES_MIB...]
 #   defaults: build/default, 5 s per measurement, sizes 1 2 4 8 (MiB)
 # Environment: BENCH_RELIABLE_ONLY=1 measures only the reliable columns (and their ratio);
-#   BENCH_BASE=OTHER_BUILD_DIR adds that build's bridge, reliable, in the same row (before/after).
+#   BENCH_BASE=OTHER_BUILD_DIR adds that build's bridge, reliable, in the same row (before/after);
+#   BENCH_LOG=FILE appends every run's summary lines (ddsperf's last report, export, import).
 # The bridge path is ringpub A -> ringbridge export (latest) -> DDS -> ringbridge import ->
 # channel B; ddsperf is `ddsperf pub size S` -> `ddsperf sub`. Both use the configuration
 # `ringbridge config --interface lo` prints. Reliable, the bridge runs twice: with ringpub at
@@ -38,6 +39,8 @@ ddsperf_run() {  # size_bytes extra_flag rate -> "frames_per_s lost"
   sleep 0.5
   ddsperf -i "$domain" $flag -D "$secs" pub $rate size "$size" >"$tmp/pub.txt" 2>&1 || true
   wait $sub || true
+  [[ -z ${BENCH_LOG:-} ]] || { echo "ddsperf $flag $rate size $size:"; grep ' size [0-9]* total' \
+    "$tmp/sub.txt" | tail -1; } >>"$BENCH_LOG"
   awk '/ size [0-9]+ total/ { for (i = 1; i <= NF; i++) { if ($i == "delta") d = $(i+1);
          if ($i == "total") t = $(i+1); if ($i == "lost" && !l) l = $(i+1) }
          if (n++ > 0 && d > 0) { sum += d; k++ } lost = l; l = 0 }
@@ -60,6 +63,8 @@ bridge_run() {  # size_bytes reliability rate [build] -> "frames_per_s sent rece
   kill -TERM $exp; wait $exp || true
   sleep 0.5
   kill -TERM $imp; wait $imp || true
+  [[ -z ${BENCH_LOG:-} ]] || { echo "ringbridge $rel rate $rate size $size (${4:-$build}):"; \
+    cat "$tmp/exp.txt" "$tmp/imp.txt"; } >>"$BENCH_LOG"
   local sent received
   sent=$(kv "$tmp/exp.txt" sent)
   received=$(kv "$tmp/imp.txt" received)
