@@ -259,6 +259,9 @@ class Importer {
   const ImportOptions& o_;
   const std::string dds_topic_;
   std::optional<Producer> producer_;
+  // Before participant_: destroyed after it, so after the last listener call has returned.
+  std::mutex take_mutex_;  // the listener (Cyclone's thread) and the main thread take in turn
+  std::atomic<bool> done_{false};  // --count reached
   Entity participant_;
   dds_entity_t reader_ = 0;
   std::uint32_t matched_ = 0;
@@ -268,8 +271,6 @@ class Importer {
   std::uint64_t last_epoch_ = 0;
   std::uint64_t last_sequence_ = 0;
   steady_clock::time_point start_;
-  std::mutex take_mutex_;  // the listener (Cyclone's thread) and the main thread take in turn
-  std::atomic<bool> done_{false};  // --count reached
 };
 
 }  // namespace
