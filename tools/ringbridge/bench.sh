@@ -5,7 +5,9 @@
 #   defaults: build/default, 5 s per measurement, sizes 1 2 4 8 (MiB)
 # Environment: BENCH_RELIABLE_ONLY=1 measures only the reliable columns (and their ratio);
 #   BENCH_BASE=OTHER_BUILD_DIR adds that build's bridge, reliable, in the same row (before/after);
-#   BENCH_LOG=FILE appends every run's summary lines (ddsperf's last report, export, import).
+#   BENCH_LOG=FILE appends every run's summary lines (ddsperf's last report, export, import);
+#   BENCH_CPU=1 prints instead the CPU time per delivered frame (user + system, /proc/PID/stat)
+#   of ddsperf pub and sub and of the export and import (reliable, flooding; BENCH_BASE too).
 # The bridge path is ringpub A -> ringbridge export (latest) -> DDS -> ringbridge import ->
 # channel B; ddsperf is `ddsperf pub size S` -> `ddsperf sub`. Both use the configuration
 # `ringbridge config --interface lo` prints. Reliable, the bridge runs twice: with ringpub at
@@ -71,6 +73,71 @@ bridge_run() {  # size_bytes reliability rate [build] -> "frames_per_s sent rece
   awk -v r="$received" -v s="$secs" -v sent="$sent" 'BEGIN { printf "%.1f %d %d\n", r / s, sent, r }'
 }
 
+ticks=$(getconf CLK_TCK)
+cpu_ms() { awk -v t="$ticks" '{ printf "%d", ($14 + $15) * 1000 / t }' "/proc/$1/stat"; }
+per() { awk -v c="$1" -v n="$2" 'BEGIN { printf "%.2f", (n > 0 ? c / n : 0) }'; }
+# Reliable, as fast as possible: CPU ms of each side, read just before it ends, per frame.
+ddsperf_cpu() {  # size_bytes -> "pub_ms_per_frame sub_ms_per_frame"
+  local size=$1
+  ddsperf -i "$domain" -D $((secs + 2)) sub >"$tmp/sub.txt" 2>&1 &
+  local sub=$!
+  sleep 0.5
+  ddsperf -i "$domain" -D $((secs + 1)) pub size "$size" >"$tmp/pub.txt" 2>&1 &
+  local pub=$!
+  sleep "$secs"
+  local cp cs n
+  cp=$(cpu_ms $pub)
+  cs=$(cpu_ms $sub)
+  wait $pub || true
+  wait $sub || true
+  # frames received by then (secs + 0.5 s after the subscriber started), between its reports
+  n=$(awk -v T="$secs" '/ size [0-9]+ total/ { for (i = 1; i <= NF; i++) if ($i == "total") t = $(i+1);
+        if ($2 + 0 <= T + 0.5) { t0 = $2; n0 = t } else if (!late) { late = 1; t1 = $2; n1 = t } }
+      END { if (late && t1 > t0) n0 += (n1 - n0) * (T + 0.5 - t0) / (t1 - t0); printf "%d", n0 }' \
+      "$tmp/sub.txt")
+  echo "$(per "$cp" "$n") $(per "$cs" "$n")"
+}
+bridge_cpu() {  # size_bytes build -> "export_ms_per_frame import_ms_per_frame"
+  local size=$1 bin=$2/tools name="bc$$"
+  local rb=$bin/ringbridge/ringbridge
+  "$rb" import "${name}t" --channel "${name}B" --frame-bytes "$size" --slots 4 --domain "$domain" \
+    --reliable --quiet >"$tmp/imp.txt" 2>"$tmp/imp.err" &
+  local imp=$!
+  "$rb" export "${name}A" --topic "${name}t" --policy latest --domain "$domain" --reliable \
+    --quiet >"$tmp/exp.txt" 2>"$tmp/exp.err" &
+  local exp=$!
+  sleep 1.5
+  "$bin/ringpub" "${name}A" --frame-bytes "$size" --slots 4 --rate 0 --duration "$secs" \
+    >"$tmp/pub.txt" 2>&1
+  local ce ci
+  ce=$(cpu_ms $exp)
+  ci=$(cpu_ms $imp)
+  kill -TERM $exp; wait $exp || true
+  sleep 0.3
+  kill -TERM $imp; wait $imp || true
+  local n
+  n=$(kv "$tmp/imp.txt" received)
+  echo "$(per "$ce" "$n") $(per "$ci" "$n")"
+}
+if [[ -n ${BENCH_CPU:-} ]]; then
+  base=${BENCH_BASE:-}
+  printf '%-8s | %-15s | %-17s' "ms/frame" "ddsperf pub sub" "ringbridge exp imp"
+  [[ -n $base ]] && printf ' | %-17s' "base build exp imp"
+  printf ' | load\n'
+  for mib in "${sizes[@]}"; do
+    size=$((mib * 1048576))
+    read -r dp ds < <(ddsperf_cpu "$size")
+    read -r be bi < <(bridge_cpu "$size" "$build")
+    printf '%-8s | %7s %7s | %8s %8s' "${mib}MiB" "$dp" "$ds" "$be" "$bi"
+    if [[ -n $base ]]; then
+      read -r ee ei < <(bridge_cpu "$size" "$base")
+      printf ' | %8s %8s' "$ee" "$ei"
+    fi
+    printf ' | %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+  echo "CPU ms (user + system) per delivered frame, reliable, as fast as possible"
+  exit 0
+fi
 mb() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%.0f", f * s / 1e6 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 paced() { awk -v d="$1" 'BEGIN { printf "%d", (d > 0 ? d * 1.25 + 1 : 0) }'; }
