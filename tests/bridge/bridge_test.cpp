@@ -9,12 +9,16 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <dds/ddsi/ddsi_serdata.h>
+
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -675,4 +679,270 @@ TEST_CASE("--ros2 both ways with a typed channel: no flags, and B's frames are (
   CHECK(exp.terminate() == 0);
   CHECK(imp.terminate() == 0);
   CHECK(field(exp.out(), "not_image") == 0);
+}
+
+// ---- decoding serialised samples in place (what the import takes: dds_takecdr) -----------------
+
+namespace {
+
+// Cyclone's own serialisation of `sample`: written and taken back serialised in one participant
+// (local delivery, no network), the bytes as the wire carries them.
+std::vector<std::byte> cyclone_cdr(const dds_topic_descriptor_t* desc, const void* sample,
+                                   const std::string& topic_name) {
+  const auto domain = static_cast<dds_domainid_t>(150 + getpid() % 50);
+  const std::string config = ipcring::bridge::default_cyclone_config("lo");
+  ipcring::bridge::Entity dom(dds_create_domain(domain, config.c_str()));
+  REQUIRE(dom.get() > 0);
+  ipcring::bridge::Entity pp(dds_create_participant(domain, nullptr, nullptr));
+  REQUIRE(pp.get() > 0);
+  ipcring::bridge::DdsOptions o;
+  o.keep_all = true;
+  dds_qos_t* qos = ipcring::bridge::make_qos(o);
+  const dds_entity_t topic = dds_create_topic(pp.get(), desc, topic_name.c_str(), nullptr, nullptr);
+  const dds_entity_t reader = dds_create_reader(pp.get(), topic, qos, nullptr);
+  const dds_entity_t writer = dds_create_writer(pp.get(), topic, qos, nullptr);
+  dds_delete_qos(qos);
+  REQUIRE(reader > 0);
+  REQUIRE(writer > 0);
+  REQUIRE(dds_write(writer, sample) == DDS_RETCODE_OK);
+  std::vector<std::byte> bytes;
+  REQUIRE(wait_until(
+      [&] {
+        ddsi_serdata* d = nullptr;
+        dds_sample_info_t info;
+        if (dds_takecdr(reader, &d, 1, &info, DDS_ANY_STATE) != 1) return false;
+        bytes.resize(ddsi_serdata_size(d));
+        ddsi_serdata_to_ser(d, 0, bytes.size(), bytes.data());
+        ddsi_serdata_unref(d);
+        return true;
+      },
+      10s));
+  return bytes;
+}
+
+// A CDR writer of the encodings decode_*_sample reads, to build samples Cyclone would not write
+// here (big-endian, XCDR2) and malformed ones.
+struct CdrOut {
+  explicit CdrOut(std::uint8_t id)
+      : swap((id == 0 || id == 6) != (std::endian::native == std::endian::big)),
+        max_align(id >= 6 ? 4 : 8) {
+    bytes = {std::byte{0}, std::byte{id}, std::byte{0}, std::byte{0}};
+  }
+  template <class T>
+  void put(T v) {
+    const std::size_t a = std::min(sizeof v, max_align);
+    while ((bytes.size() - 4) % a != 0) bytes.push_back(std::byte{0});
+    std::byte b[sizeof v];
+    std::memcpy(b, &v, sizeof v);
+    if (swap) std::reverse(std::begin(b), std::end(b));
+    bytes.insert(bytes.end(), std::begin(b), std::end(b));
+  }
+  void str(const std::string& s) {
+    put(static_cast<std::uint32_t>(s.size() + 1));
+    for (const char c : s) bytes.push_back(static_cast<std::byte>(c));
+    bytes.push_back(std::byte{0});
+  }
+  void octets(const std::vector<std::uint8_t>& v) {
+    put(static_cast<std::uint32_t>(v.size()));
+    for (const auto c : v) bytes.push_back(static_cast<std::byte>(c));
+  }
+  bool swap;
+  std::size_t max_align;
+  std::vector<std::byte> bytes;
+};
+
+void put_frame(CdrOut& c, const std::string& channel, const std::vector<std::uint8_t>& meta,
+               const std::vector<std::uint8_t>& data) {
+  c.str(channel);
+  for (std::uint64_t v : {7ULL, 42ULL, 1000ULL, 2000ULL, 3000ULL}) c.put(v);
+  c.put(std::uint8_t{1});  // has_tensor
+  c.put(std::uint8_t{1});  // dtype uint
+  c.put(std::uint8_t{8});
+  c.put(std::uint8_t{2});  // ndim
+  for (int i = 0; i < 8; ++i) c.put(std::int64_t{i < 2 ? 10 - i : 0});
+  for (int i = 0; i < 8; ++i) c.put(std::int64_t{0});
+  c.put(std::uint64_t{0});
+  c.octets(meta);
+  c.octets(data);
+}
+
+}  // namespace
+
+TEST_CASE("decode_frame_sample: Cyclone's serialisation, decoded in place, every field") {
+  using namespace ipcring::bridge;
+  std::vector<std::uint8_t> payload(1000);
+  ipcring::pattern::fill(reinterpret_cast<std::byte*>(payload.data()), payload.size(), 42);
+  std::vector<std::uint8_t> meta{'h', 'e', 'l', 'l', 'o'};
+  ipcring_bridge_Frame in{};
+  const auto tensor = ipcring::TensorDesc::contiguous(ipcring::DType::uint, 8, {10, 100});
+  const FrameView view{{reinterpret_cast<const std::byte*>(payload.data()), payload.size()},
+                       {reinterpret_cast<const std::byte*>(meta.data()), meta.size()},
+                       42,
+                       7,
+                       1000,
+                       3000,
+                       tensor};
+  fill_frame_sample(in, view, "camera", 2000);
+  const std::vector<std::byte> cdr =
+      cyclone_cdr(&ipcring_bridge_Frame_desc, &in, "brt" + std::to_string(getpid()) + "cdr");
+  // What Cyclone writes for the @final type: plain little-endian CDR (XCDR1), header 00 01.
+  REQUIRE(cdr.size() > 4);
+  CHECK(cdr[0] == std::byte{0});
+  CHECK(cdr[1] == std::byte{1});
+  ipcring_bridge_Frame s{};
+  REQUIRE(decode_frame_sample(cdr, s) == Verdict::ok);
+  CHECK(std::string(s.channel) == "camera");
+  CHECK(s.producer_epoch == 7);
+  CHECK(s.sequence_number == 42);
+  CHECK(s.publish_time_ns == 1000);
+  CHECK(s.send_realtime_ns == 2000);
+  CHECK(s.capture_time_ns == 3000);
+  CHECK(s.has_tensor);
+  const auto t = sample_tensor(s);
+  REQUIRE(t.has_value());
+  CHECK(t->shape_text() == "(10, 100)");
+  CHECK(t->dtype_name() == "uint8");
+  REQUIRE(s.metadata._length == meta.size());
+  CHECK(std::memcmp(s.metadata._buffer, meta.data(), meta.size()) == 0);
+  REQUIRE(s.data._length == payload.size());
+  CHECK(std::memcmp(s.data._buffer, payload.data(), payload.size()) == 0);
+  // In place: the payload is the serialised bytes themselves, not a copy.
+  CHECK(reinterpret_cast<const std::byte*>(s.data._buffer) >= cdr.data());
+  CHECK(reinterpret_cast<const std::byte*>(s.data._buffer) + s.data._length <=
+        cdr.data() + cdr.size());
+  CHECK_FALSE(s.data._release);
+  CHECK(check_frame_sample(s, payload.size()) == Verdict::ok);
+
+  // Cut anywhere: every shorter prefix is refused, and the sample left empty.
+  std::size_t refused = 0;
+  for (std::size_t n = 0; n < cdr.size(); ++n) {
+    ipcring_bridge_Frame cut{};
+    if (decode_frame_sample(std::span(cdr).first(n), cut) == Verdict::bad_encoding &&
+        cut.data._buffer == nullptr) {
+      ++refused;
+    }
+  }
+  CHECK(refused == cdr.size());
+  // Padding after the last field (fewer than 4 bytes) is fine; more is not this type.
+  std::vector<std::byte> longer = cdr;
+  longer.resize(cdr.size() + 3);
+  CHECK(decode_frame_sample(longer, s) == Verdict::ok);
+  longer.resize(cdr.size() + 4);
+  CHECK(decode_frame_sample(longer, s) == Verdict::bad_encoding);
+  // An encapsulation it does not know (PL_CDR_LE, a mutable type's).
+  std::vector<std::byte> other = cdr;
+  other[1] = std::byte{3};
+  CHECK(decode_frame_sample(other, s) == Verdict::bad_encoding);
+  // has_tensor (after the 4-byte header, "camera"'s 4 + 7 bytes padded to 16, five uint64s) is
+  // a boolean: 0 or 1.
+  other = cdr;
+  REQUIRE(other[4 + 56] == std::byte{1});
+  other[4 + 56] = std::byte{2};
+  CHECK(decode_frame_sample(other, s) == Verdict::bad_encoding);
+  // The data's length one more than the bytes there.
+  other = cdr;
+  const std::size_t len_at = cdr.size() - payload.size() - 4;
+  std::uint32_t len = 0;
+  std::memcpy(&len, other.data() + len_at, 4);
+  REQUIRE(len == payload.size());
+  ++len;
+  std::memcpy(other.data() + len_at, &len, 4);
+  CHECK(decode_frame_sample(other, s) == Verdict::bad_encoding);
+  len = 0xffffffffU;  // and a length that would wrap a 32-bit offset
+  std::memcpy(other.data() + len_at, &len, 4);
+  CHECK(decode_frame_sample(other, s) == Verdict::bad_encoding);
+}
+
+TEST_CASE("decode_frame_sample: big-endian and XCDR2 samples; strings checked") {
+  using namespace ipcring::bridge;
+  const std::vector<std::uint8_t> meta{1, 2, 3};
+  const std::vector<std::uint8_t> data{9, 8, 7, 6, 5};
+  for (const int id : {0, 1, 6, 7}) {  // CDR_BE, CDR_LE, PLAIN_CDR2_BE, PLAIN_CDR2_LE
+    CAPTURE(id);
+    CdrOut c(static_cast<std::uint8_t>(id));
+    put_frame(c, "cam", meta, data);
+    ipcring_bridge_Frame s{};
+    REQUIRE(decode_frame_sample(c.bytes, s) == Verdict::ok);
+    CHECK(std::string(s.channel) == "cam");
+    CHECK(s.producer_epoch == 7);
+    CHECK(s.sequence_number == 42);
+    CHECK(s.publish_time_ns == 1000);
+    CHECK(s.send_realtime_ns == 2000);
+    CHECK(s.capture_time_ns == 3000);
+    CHECK(s.tensor.ndim == 2);
+    CHECK(s.tensor.shape[0] == 10);
+    CHECK(s.tensor.shape[1] == 9);
+    REQUIRE(s.metadata._length == 3);
+    CHECK(s.metadata._buffer[2] == 3);
+    REQUIRE(s.data._length == 5);
+    CHECK(s.data._buffer[0] == 9);
+    CHECK(s.data._buffer[4] == 5);
+  }
+  // XCDR2 aligns 8-byte fields to 4: the tensor's shape follows its three octets at body offset
+  // 52, where XCDR1 pads to 56.
+  CdrOut x2(7);
+  put_frame(x2, "cam", meta, data);
+  CdrOut x1(1);
+  put_frame(x1, "cam", meta, data);
+  CHECK(x2.bytes.size() < x1.bytes.size());
+
+  ipcring_bridge_Frame s{};
+  CdrOut longest(1);
+  put_frame(longest, std::string(200, 'c'), meta, data);  // string<200>: the bound itself
+  CHECK(decode_frame_sample(longest.bytes, s) == Verdict::ok);
+  CHECK(std::strlen(s.channel) == 200);
+  CdrOut too_long(1);
+  put_frame(too_long, std::string(201, 'c'), meta, data);
+  CHECK(decode_frame_sample(too_long.bytes, s) == Verdict::bad_encoding);
+  CdrOut no_nul(1);
+  put_frame(no_nul, "cam", meta, data);
+  no_nul.bytes[4 + 4 + 3] = std::byte{'x'};  // the NUL of "cam"
+  CHECK(decode_frame_sample(no_nul.bytes, s) == Verdict::bad_encoding);
+  CdrOut empty(1);
+  empty.put(std::uint32_t{0});  // a string of length 0 (CDR strings count their NUL)
+  CHECK(decode_frame_sample(empty.bytes, s) == Verdict::bad_encoding);
+  // Over-long metadata decodes (it is CDR), then the frame check refuses it as before.
+  CdrOut big_meta(1);
+  put_frame(big_meta, "cam", std::vector<std::uint8_t>(ipcring::kMaxMetadataBytes + 1, 0), data);
+  REQUIRE(decode_frame_sample(big_meta.bytes, s) == Verdict::ok);
+  CHECK(check_frame_sample(s, 100) == Verdict::bad_metadata);
+}
+
+TEST_CASE("decode_image_sample: Cyclone's serialisation of sensor_msgs/msg/Image, in place") {
+  using namespace ipcring::bridge;
+  std::vector<std::uint8_t> pixels(4 * 3 * 2);
+  for (std::size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<std::uint8_t>(k);
+  const std::string frame_id = "camera_optical";
+  const ImageFormat format{"rgb8", 4, 2, 0, 0};
+  FrameView view;
+  view.data = {reinterpret_cast<const std::byte*>(pixels.data()), pixels.size()};
+  sensor_msgs_msg_dds__Image_ in{};
+  REQUIRE(fill_image_sample(in, view, format, frame_id, 5'000'000'123ULL) == Verdict::ok);
+  const std::vector<std::byte> cdr = cyclone_cdr(&sensor_msgs_msg_dds__Image__desc, &in,
+                                                 "rt/brt" + std::to_string(getpid()) + "img");
+  sensor_msgs_msg_dds__Image_ s{};
+  REQUIRE(decode_image_sample(cdr, s) == Verdict::ok);
+  CHECK(s.header.stamp.sec == 5);
+  CHECK(s.header.stamp.nanosec == 123);
+  REQUIRE(s.header.frame_id != nullptr);
+  CHECK(std::string(s.header.frame_id) == frame_id);
+  CHECK(s.height == 2);
+  CHECK(s.width == 4);
+  REQUIRE(s.encoding != nullptr);
+  CHECK(std::string(s.encoding) == "rgb8");
+  CHECK(s.is_bigendian == 0);
+  CHECK(s.step == 12);
+  REQUIRE(s.data._length == pixels.size());
+  CHECK(std::memcmp(s.data._buffer, pixels.data(), pixels.size()) == 0);
+  CHECK(reinterpret_cast<const std::byte*>(s.data._buffer) > cdr.data());
+  CHECK(check_image_sample(s, pixels.size()) == Verdict::ok);
+  std::size_t refused = 0;
+  for (std::size_t n = 0; n < cdr.size(); ++n) {
+    sensor_msgs_msg_dds__Image_ cut{};
+    if (decode_image_sample(std::span(cdr).first(n), cut) == Verdict::bad_encoding &&
+        cut.encoding == nullptr && cut.data._buffer == nullptr) {
+      ++refused;
+    }
+  }
+  CHECK(refused == cdr.size());
 }

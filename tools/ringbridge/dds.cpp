@@ -1,6 +1,8 @@
 // dds.cpp — Cyclone DDS configuration, QoS and error handling for ringbridge.
 #include "dds.hpp"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <ctime>
 
@@ -37,6 +39,13 @@ std::string configure_cyclone(const std::string& interface_name) {
   const std::string config = default_cyclone_config(interface_name);
   setenv("CYCLONEDDS_URI", config.c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
   return config;
+}
+
+void keep_frame_buffers_in_heap() noexcept {
+  // 32 MiB is glibc's largest mmap threshold on 64-bit (setting it also stops glibc's own
+  // adjustment of both thresholds); freed memory up to 256 MiB stays with the process.
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);
 }
 
 dds_entity_t check(dds_entity_t rc, const char* what, const std::string& topic) {

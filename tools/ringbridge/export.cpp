@@ -45,6 +45,7 @@ class Exporter {
         dds_topic_(dds_topic_name(o.topic, o.ros2)) {}
 
   int run() {
+    keep_frame_buffers_in_heap();
     const std::string config = configure_cyclone(o_.dds.interface_name);
     participant_ = Entity(check(dds_create_participant(o_.dds.domain, nullptr, nullptr),
                                 "dds_create_participant", dds_topic_));

@@ -3,13 +3,18 @@
 // The bridge is the channel's producer, like any other: local readers attach by name and read
 // the frames zero-copy. Each sample is checked (wire.hpp) before anything is loaned: a sample
 // larger than the channel's frames, or with impossible metadata or tensor fields, is counted and
-// dropped. Cyclone deserialises each sample into memory it lends us (dds_take with loans); the
-// bridge copies it once more, into the channel's loan.
+// dropped. The samples are taken serialised (dds_takecdr) and decoded in place, so the payload
+// is copied once, from Cyclone's receive buffer into the channel's loan.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <span>
+#include <thread>
+
+#include <dds/ddsi/ddsi_serdata.h>
 
 #include "bridge.hpp"
 #include "ipcring/ipcring.hpp"
@@ -40,6 +45,7 @@ class Importer {
   explicit Importer(const ImportOptions& o) : o_(o), dds_topic_(dds_topic_name(o.topic, o.ros2)) {}
 
   int run() {
+    keep_frame_buffers_in_heap();
     configure_cyclone(o_.dds.interface_name);
     try {
       producer_.emplace(Producer::create(o_.channel, o_.channel_config));
@@ -58,11 +64,14 @@ class Importer {
     dds_delete_qos(qos);
     check(topic, "dds_create_topic", dds_topic_);
     reader_ = check(reader, "dds_create_reader", dds_topic_);
-    const dds_entity_t waitset =
-        check(dds_create_waitset(participant_.get()), "dds_create_waitset", dds_topic_);
-    const dds_entity_t cond = check(dds_create_readcondition(reader_, DDS_ANY_STATE),
-                                    "dds_create_readcondition", dds_topic_);
-    check(dds_waitset_attach(waitset, cond, 0), "dds_waitset_attach", dds_topic_);
+    // The samples are taken in Cyclone's receive thread as they arrive (as ddsperf's subscriber
+    // does): no other thread to wake per frame. The main thread takes what may have come before
+    // the listener was set, and then every 100 ms, under the same lock.
+    dds_listener_t* listener = dds_create_listener(this);
+    dds_lset_data_available(listener, &Importer::on_data_available);
+    const dds_return_t set = dds_set_listener(reader_, listener);
+    dds_delete_listener(listener);
+    check(set, "dds_set_listener", dds_topic_);
     if (!o_.quiet) {
       std::fprintf(stderr,
                    "ringbridge import %s: reading DDS topic '%s' (%s), domain %u; channel %s: "
@@ -73,30 +82,68 @@ class Importer {
                    o_.channel_config.frame_bytes);
     }
     start_ = steady_clock::now();
-    while (!tools::stop_requested() && (o_.count == 0 || stats_.published < o_.count)) {
-      dds_waitset_wait(waitset, nullptr, 0, DDS_MSECS(100));
+    while (!tools::stop_requested() && !done_.load(std::memory_order_relaxed)) {
+      take_all();
       poll_status();
-      take_batch();
+      std::this_thread::sleep_for(milliseconds(100));
     }
+    dds_set_listener(reader_, nullptr);  // waits for a listener call in progress
     return summary(0);
   }
 
  private:
-  void take_batch() {
-    void* samples[kTakeBatch] = {};
+  static void on_data_available(dds_entity_t /*reader*/, void* self) {
+    static_cast<Importer*>(self)->take_all();
+  }
+
+  // Takes every sample there is, unless --count is reached (then the run ends).
+  void take_all() {
+    const std::lock_guard<std::mutex> lock(take_mutex_);
+    while (!done_.load(std::memory_order_relaxed) && take_batch() == kTakeBatch) {
+    }
+  }
+
+  // Takes the samples serialised, as Cyclone received them, and decodes each in place: its
+  // payload is copied once, straight from Cyclone's buffer into the loan (wire.hpp). Returns
+  // how many it took.
+  std::uint32_t take_batch() {
+    ddsi_serdata* samples[kTakeBatch] = {};
     dds_sample_info_t infos[kTakeBatch];
-    const dds_return_t n = dds_take(reader_, samples, infos, kTakeBatch, kTakeBatch);
-    if (n <= 0) return;
+    const dds_return_t n = dds_takecdr(reader_, samples, kTakeBatch, infos, DDS_ANY_STATE);
+    if (n <= 0) return 0;
     for (dds_return_t i = 0; i < n; ++i) {
-      if (!infos[i].valid_data) continue;  // a dispose or unregister: no payload
-      ++stats_.received;
-      if (o_.ros2) {
-        handle_image(*static_cast<const sensor_msgs_msg_dds__Image_*>(samples[i]));
+      if (infos[i].valid_data) handle(samples[i]);  // else a dispose or unregister: no payload
+      ddsi_serdata_unref(samples[i]);
+    }
+    if (o_.count != 0 && stats_.published >= o_.count) done_.store(true, std::memory_order_relaxed);
+    return static_cast<std::uint32_t>(n);
+  }
+
+  void handle(ddsi_serdata* d) {
+    ++stats_.received;
+    const std::uint32_t size = ddsi_serdata_size(d);
+    ddsrt_iovec_t iov{};
+    ddsi_serdata* const ref = ddsi_serdata_to_ser_ref(d, 0, size, &iov);
+    const std::span<const std::byte> cdr{static_cast<const std::byte*>(iov.iov_base),
+                                         static_cast<std::size_t>(iov.iov_len)};
+    if (o_.ros2) {
+      sensor_msgs_msg_dds__Image_ s{};
+      const Verdict v = decode_image_sample(cdr, s);
+      if (v == Verdict::ok) {
+        handle_image(s);
       } else {
-        handle_frame(*static_cast<const ipcring_bridge_Frame*>(samples[i]));
+        count_drop(v, stats_.received, cdr.size());
+      }
+    } else {
+      ipcring_bridge_Frame s{};
+      const Verdict v = decode_frame_sample(cdr, s);
+      if (v == Verdict::ok) {
+        handle_frame(s);
+      } else {
+        count_drop(v, 0, cdr.size());
       }
     }
-    dds_return_loan(reader_, samples, n);
+    ddsi_serdata_to_ser_unref(ref, &iov);
   }
 
   void count_drop(Verdict v, std::uint64_t sequence, std::size_t bytes) {
@@ -212,6 +259,9 @@ class Importer {
   const ImportOptions& o_;
   const std::string dds_topic_;
   std::optional<Producer> producer_;
+  // Before participant_: destroyed after it, so after the last listener call has returned.
+  std::mutex take_mutex_;  // the listener (Cyclone's thread) and the main thread take in turn
+  std::atomic<bool> done_{false};  // --count reached
   Entity participant_;
   dds_entity_t reader_ = 0;
   std::uint32_t matched_ = 0;

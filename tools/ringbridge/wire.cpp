@@ -2,7 +2,9 @@
 #include "wire.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <type_traits>
 
 #include "ipcring/frame.hpp"
 
@@ -27,6 +29,8 @@ const char* to_string(Verdict v) noexcept {
       return "bad_shape";
     case Verdict::not_image:
       return "not_image";
+    case Verdict::bad_encoding:
+      return "bad_encoding";
   }
   return "unknown";
 }
@@ -175,6 +179,138 @@ Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& s, const FrameView& f,
   s.is_bigendian = 0;  // 8-bit channels: byte order does not apply
   s.step = static_cast<std::uint32_t>(step);
   borrow(s.data, rows);
+  return Verdict::ok;
+}
+
+namespace {
+// Reads one serialised sample (see wire.hpp): fields in order, bounds-checked. The first failure
+// sticks (ok() false) and every later read returns zero or empty.
+class CdrReader {
+ public:
+  explicit CdrReader(std::span<const std::byte> cdr) noexcept {
+    if (cdr.size() < 4) return;
+    // The encapsulation identifier, big-endian: CDR_BE 0, CDR_LE 1, PLAIN_CDR2_BE 6, _LE 7.
+    const unsigned id =
+        (std::to_integer<unsigned>(cdr[0]) << 8U) | std::to_integer<unsigned>(cdr[1]);
+    if (id != 0 && id != 1 && id != 6 && id != 7) return;
+    swap_ = ((id & 1U) != 0) != (std::endian::native == std::endian::little);
+    max_align_ = id >= 6 ? 4 : 8;
+    body_ = cdr.subspan(4);
+    ok_ = true;
+  }
+  bool ok() const noexcept { return ok_; }
+  // Only padding (fewer than 4 bytes) after the last field.
+  bool at_end() const noexcept { return ok_ && body_.size() - off_ < 4; }
+
+  template <class T>
+  T get() noexcept {
+    static_assert(std::is_integral_v<T>);
+    align(sizeof(T));
+    if (!need(sizeof(T))) return T{};
+    T v{};
+    std::memcpy(&v, body_.data() + off_, sizeof(T));
+    off_ += sizeof(T);
+    if (swap_) v = swapped(v);
+    return v;
+  }
+  bool boolean() noexcept {
+    const auto b = get<std::uint8_t>();
+    if (b > 1) ok_ = false;
+    return b == 1;
+  }
+  // A string of at most max_chars characters; nullptr when malformed.
+  const char* string(std::size_t max_chars) noexcept {
+    const auto n = get<std::uint32_t>();
+    if (!ok_ || n == 0 || n - 1 > max_chars || !need(n) || body_[off_ + n - 1] != std::byte{0}) {
+      ok_ = false;
+      return nullptr;
+    }
+    const char* s = reinterpret_cast<const char*>(body_.data() + off_);
+    off_ += n;
+    return s;
+  }
+  // A sequence<octet>, borrowed into `seq`.
+  void octets(dds_sequence_octet& seq) noexcept {
+    const auto n = get<std::uint32_t>();
+    seq = dds_sequence_octet{};
+    if (!need(n)) return;
+    borrow(seq, body_.subspan(off_, n));
+    off_ += n;
+  }
+
+ private:
+  static std::uint8_t swapped(std::uint8_t v) noexcept { return v; }
+  static std::uint32_t swapped(std::uint32_t v) noexcept { return __builtin_bswap32(v); }
+  static std::int32_t swapped(std::int32_t v) noexcept {
+    return static_cast<std::int32_t>(__builtin_bswap32(static_cast<std::uint32_t>(v)));
+  }
+  static std::uint64_t swapped(std::uint64_t v) noexcept { return __builtin_bswap64(v); }
+  static std::int64_t swapped(std::int64_t v) noexcept {
+    return static_cast<std::int64_t>(__builtin_bswap64(static_cast<std::uint64_t>(v)));
+  }
+  void align(std::size_t a) noexcept {
+    a = std::min(a, max_align_);
+    const std::size_t pad = (a - off_ % a) % a;
+    if (need(pad)) off_ += pad;
+  }
+  bool need(std::size_t n) noexcept {
+    if (!ok_ || n > body_.size() - off_) ok_ = false;
+    return ok_;
+  }
+
+  std::span<const std::byte> body_;
+  std::size_t off_ = 0;
+  std::size_t max_align_ = 8;
+  bool swap_ = false;
+  bool ok_ = false;
+};
+}  // namespace
+
+Verdict decode_frame_sample(std::span<const std::byte> cdr, ipcring_bridge_Frame& s) noexcept {
+  s = ipcring_bridge_Frame{};
+  CdrReader r(cdr);
+  const char* channel = r.string(sizeof s.channel - 1);
+  if (channel != nullptr) std::strcpy(s.channel, channel);  // at most 200 characters and the NUL
+  s.producer_epoch = r.get<std::uint64_t>();
+  s.sequence_number = r.get<std::uint64_t>();
+  s.publish_time_ns = r.get<std::uint64_t>();
+  s.send_realtime_ns = r.get<std::uint64_t>();
+  s.capture_time_ns = r.get<std::uint64_t>();
+  s.has_tensor = r.boolean();
+  s.tensor.dtype_code = r.get<std::uint8_t>();
+  s.tensor.dtype_bits = r.get<std::uint8_t>();
+  s.tensor.ndim = r.get<std::uint8_t>();
+  for (auto& v : s.tensor.shape) v = r.get<std::int64_t>();
+  for (auto& v : s.tensor.strides) v = r.get<std::int64_t>();
+  s.tensor.byte_offset = r.get<std::uint64_t>();
+  r.octets(s.metadata);
+  r.octets(s.data);
+  if (!r.at_end()) {
+    s = ipcring_bridge_Frame{};
+    return Verdict::bad_encoding;
+  }
+  return Verdict::ok;
+}
+
+Verdict decode_image_sample(std::span<const std::byte> cdr,
+                            sensor_msgs_msg_dds__Image_& s) noexcept {
+  s = sensor_msgs_msg_dds__Image_{};
+  CdrReader r(cdr);
+  constexpr std::size_t kUnbounded = UINT32_MAX;  // the .msg strings have no bound
+  s.header.stamp.sec = r.get<std::int32_t>();
+  s.header.stamp.nanosec = r.get<std::uint32_t>();
+  // The Image type has char* strings; nothing writes through them.
+  s.header.frame_id = const_cast<char*>(r.string(kUnbounded));
+  s.height = r.get<std::uint32_t>();
+  s.width = r.get<std::uint32_t>();
+  s.encoding = const_cast<char*>(r.string(kUnbounded));
+  s.is_bigendian = r.get<std::uint8_t>();
+  s.step = r.get<std::uint32_t>();
+  r.octets(s.data);
+  if (!r.at_end()) {
+    s = sensor_msgs_msg_dds__Image_{};
+    return Verdict::bad_encoding;
+  }
   return Verdict::ok;
 }
 

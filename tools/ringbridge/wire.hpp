@@ -31,6 +31,7 @@ enum class Verdict {
   bad_tensor,    // tensor description out of range (ndim > 8)
   bad_shape,     // image: step, height, width, encoding and data length disagree
   not_image,     // export --ros2: the frame is not image-shaped for the given format
+  bad_encoding,  // the serialised sample is not CDR of its type (cut, lengths past its end)
 };
 const char* to_string(Verdict v) noexcept;
 
@@ -82,6 +83,21 @@ Verdict fill_image_sample(sensor_msgs_msg_dds__Image_& sample, const FrameView& 
                           std::uint64_t stamp_realtime_ns) noexcept;
 
 // ---- receiving ------------------------------------------------------------------------------
+// The import takes each sample as Cyclone received it (dds_takecdr) and decodes it in place, so
+// the payload is copied once, from Cyclone's buffer into the channel's loan, with no deserialised
+// sample in between. The bytes are what Cyclone writes for these @final types: a 4-byte
+// encapsulation header (plain CDR: XCDR1 or XCDR2, big- or little-endian), then the fields in IDL
+// order, each aligned to its size counted from the end of the header (8-byte fields to 8 in XCDR1,
+// to 4 in XCDR2); strings are a uint32 length including the NUL, the bytes and the NUL; sequences
+// a uint32 count and the elements. Nothing in them is trusted: a length past the end, a string
+// without its NUL or longer than its bound, a boolean other than 0 or 1, an unknown header or more
+// than 3 bytes of padding after the last field give bad_encoding.
+// On ok the sample's sequences borrow from `cdr` (_release = false) and its strings point into it
+// (Frame.channel is copied): valid while `cdr` is. check_frame_sample / check_image_sample follow.
+Verdict decode_frame_sample(std::span<const std::byte> cdr, ipcring_bridge_Frame& sample) noexcept;
+Verdict decode_image_sample(std::span<const std::byte> cdr,
+                            sensor_msgs_msg_dds__Image_& sample) noexcept;
+
 Verdict check_frame_sample(const ipcring_bridge_Frame& sample, std::size_t capacity) noexcept;
 // The tensor description a checked sample carries (nullopt: none). The receiving loan validates
 // it again against its data (Loan::set_tensor), so a description that does not fit is dropped
