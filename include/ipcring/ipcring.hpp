@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ipcring/config.hpp"
+#include "ipcring/cuda_probe.hpp"
 #include "ipcring/error.hpp"
 #include "ipcring/frame.hpp"
 #include "ipcring/inspect.hpp"

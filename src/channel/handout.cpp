@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -224,8 +225,13 @@ void ChannelServer::serve(int connection) noexcept {
   m.layout_version = kLayoutVersion;
   m.instance_id = memory_.instance_id;
   m.pid = static_cast<std::uint32_t>(getpid());
-  int fds[2] = {memory_.control_fd, memory_.frames_fd};
+  int fds[2 + kMaxDeviceDescriptors] = {memory_.control_fd, memory_.frames_fd};
   int count = memory_.frames_fd >= 0 ? 2 : 1;
+  const int devices = std::min(static_cast<int>(memory_.device_fds.size()), kMaxDeviceDescriptors);
+  for (int i = 0; i < devices; ++i)
+    fds[count + i] = memory_.device_fds[static_cast<std::size_t>(i)];
+  count += devices;
+  m.device_descriptors = static_cast<std::uint32_t>(devices);
   try {
     const PeerCredentials peer = peer_credentials(connection);
     if (!policy_.allows(peer)) {
@@ -236,6 +242,7 @@ void ChannelServer::serve(int connection) noexcept {
                               "): its channel is handed to " + policy_.describe();
       std::strncpy(m.text, why.c_str(), sizeof m.text - 1);
       count = 0;
+      m.device_descriptors = 0;
     }
   } catch (...) {
     return;  // no credentials: nothing is sent
@@ -244,7 +251,7 @@ void ChannelServer::serve(int connection) noexcept {
   m.control_bytes = memory_.control_bytes;
   m.frames_bytes = memory_.frames_bytes;
   iovec iov{&m, sizeof m};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * (2 + kMaxDeviceDescriptors))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -307,11 +314,15 @@ void ChannelServer::defend() noexcept {
 Handout::~Handout() {
   if (control_fd >= 0) close(control_fd);
   if (frames_fd >= 0) close(frames_fd);
+  for (const int fd : device_fds) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 Handout::Handout(Handout&& other) noexcept
     : control_fd(std::exchange(other.control_fd, -1)),
       frames_fd(std::exchange(other.frames_fd, -1)),
+      device_fds(std::exchange(other.device_fds, {})),
       message(other.message),
       producer(std::move(other.producer)),
       socket(std::move(other.socket)) {}
@@ -375,7 +386,8 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
             "; if that producer is meant to be read, add its uid to "
             "ReaderOptions::trust_uids (--trust-uid)");
   }
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxDescriptors)] = {};
+  constexpr int kMaxReceived = kMaxDescriptors + kMaxDeviceDescriptors;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxReceived)] = {};
   iovec iov{&h.message, sizeof h.message};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -388,7 +400,8 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
   } while (got < 0 && errno == EINTR);
   const int err = errno;
   // Whatever came, its descriptors are ours to close unless they are exactly what we expect.
-  int fds[kMaxDescriptors] = {-1, -1, -1, -1};
+  int fds[kMaxReceived];
+  std::fill(std::begin(fds), std::end(fds), -1);
   int count = 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -396,7 +409,7 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
     for (std::size_t i = 0; i < n; ++i) {
       int v = -1;
       std::memcpy(&v, CMSG_DATA(c) + i * sizeof(int), sizeof v);
-      if (count < kMaxDescriptors) {
+      if (count < kMaxReceived) {
         fds[count++] = v;
       } else if (v >= 0) {
         close(v);
@@ -443,14 +456,22 @@ Handout fetch_handout(std::string_view channel, const ChannelDirectory& dir,
                                       " (ChannelConfig::allow_uids/allow_gids, --allow-uid/"
                                       "--allow-gid on ringpub)");
   }
-  const int want = h.message.frames_bytes != 0 ? 2 : 1;
+  const int memory = h.message.frames_bytes != 0 ? 2 : 1;
+  if (h.message.device_descriptors > static_cast<std::uint32_t>(kMaxDeviceDescriptors)) {
+    fail(Errc::corrupt_segment, "its producer announced " +
+                                    std::to_string(h.message.device_descriptors) +
+                                    " frame buffer descriptors; at most " +
+                                    std::to_string(kMaxDeviceDescriptors) + " are allowed");
+  }
+  const int want = memory + static_cast<int>(h.message.device_descriptors);
   if (count != want || static_cast<int>(h.message.descriptors) != want) {
     fail(Errc::corrupt_segment, "its producer sent " + std::to_string(count) +
                                     " descriptor(s) where " + std::to_string(want) +
                                     " were announced");
   }
   h.control_fd = fds[0];
-  h.frames_fd = want == 2 ? fds[1] : -1;
+  h.frames_fd = memory == 2 ? fds[1] : -1;
+  h.device_fds.assign(fds + memory, fds + want);
   return h;
 }
 
@@ -513,6 +534,14 @@ OpenedSegment open_channel(std::string_view channel, std::string_view dir,
     return open_through_proc(channel, d, e);
   }
   Handout& h = *handout;
+  if (!h.device_fds.empty()) {
+    // No backend of this version maps frame buffers received as descriptors (CUDA VMM): a
+    // producer that sends them is not one this reader can read (they are closed with `h`).
+    throw Error(Errc::corrupt_segment,
+                channel_prefix(channel) + "its producer sent " +
+                    std::to_string(h.device_fds.size()) +
+                    " frame buffer descriptor(s) (CUDA VMM), which no backend of this build maps");
+  }
   OpenedSegment opened = open_received(channel, h.control_fd, h.frames_fd, h.message.control_bytes,
                                        h.message.frames_bytes);
   opened.owner_uid = static_cast<std::uint32_t>(h.producer.uid);

@@ -45,12 +45,15 @@ struct HandoutMessage {
   std::uint32_t version;
   std::uint32_t layout_version;  // the producer's kLayoutVersion
   std::uint32_t refused;         // 1: no descriptors; `text` says why
-  std::uint32_t descriptors;     // how many come with it: 1 (CUDA) or 2 (host)
+  std::uint32_t descriptors;     // how many come with it: 1 (CUDA) or 2 (host), and the device's
   std::uint64_t control_bytes;   // size of the control segment's memfd
   std::uint64_t frames_bytes;    // size of the frame pool's memfd (0: none)
   std::uint64_t instance_id;     // the producer's instance id
   std::uint32_t pid;             // the producer's pid in its own namespace (display only)
-  std::uint32_t reserved;
+  // Of `descriptors`, how many are frame buffers exported as file descriptors (CUDA VMM), sent
+  // after the control segment's; 0 otherwise (then the field is the former zero padding, so
+  // handout version 1 is unchanged for every other channel).
+  std::uint32_t device_descriptors;
   char text[256];  // NUL-terminated; the refusal's reason
 };
 
@@ -81,6 +84,10 @@ class ChannelServer {
     std::uint64_t control_bytes = 0;
     std::uint64_t frames_bytes = 0;
     std::uint64_t instance_id = 0;
+    // Not owned: the frame buffers exported as descriptors (CUDA VMM, backend/cuda/cuda_vmm.hpp),
+    // one per buffer, at most kMaxDeviceDescriptors; sent after the control segment's, to the
+    // peers the policy allows and to nobody else.
+    std::vector<int> device_fds;
   };
   // Binds the socket (replacing a stale one: the caller holds the name's lock) and starts the
   // thread. Throws Error naming the socket's path.
@@ -118,10 +125,14 @@ class ChannelServer {
   std::thread thread_;
 };
 
+// The most frame buffer descriptors one handout carries (SCM_RIGHTS allows 253 per message).
+inline constexpr int kMaxDeviceDescriptors = 64;
+
 // What a reader received: descriptors it owns (close them, or give them to open_received).
 struct Handout {
   int control_fd = -1;
   int frames_fd = -1;
+  std::vector<int> device_fds;  // HandoutMessage::device_descriptors of them, in buffer order
   HandoutMessage message{};
   PeerCredentials producer;
   std::string socket;  // the socket's path, for messages

@@ -1,6 +1,11 @@
 // fake_cuda.cpp — see fake_cuda.hpp.
 #include "unit/fake_cuda.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -218,6 +223,10 @@ CudaErr FakeCuda::enter(FakeOp op) {
   ++calls_[static_cast<std::size_t>(op)];
   if (!world_->driver_) return ret(CudaErr::insufficient_driver);
   if (world_->dead_.count(id_) != 0) return ret(CudaErr::initialization_error);
+  if (auto s = skip_.find(op); s != skip_.end() && s->second > 0) {
+    --s->second;  // fail_after: this one still succeeds
+    return CudaErr::success;
+  }
   auto it = inject_.find(op);
   if (it != inject_.end() && it->second.second != 0) {
     if (it->second.second > 0) --it->second.second;
@@ -840,6 +849,7 @@ void FakeCuda::kill() {
     }
   }
   mappings_.clear();
+  vmm_drop();
   for (auto it = world_->registered_.begin(); it != world_->registered_.end();) {
     it = it->first.first == id_ ? world_->registered_.erase(it) : std::next(it);
   }
@@ -857,6 +867,13 @@ void FakeCuda::kill() {
 void FakeCuda::fail(FakeOp op, CudaErr err, int times) {
   std::lock_guard lock(world_->mutex_);
   inject_[op] = {err, times};
+  skip_.erase(op);
+}
+
+void FakeCuda::fail_after(FakeOp op, int skip, CudaErr err) {
+  std::lock_guard lock(world_->mutex_);
+  inject_[op] = {err, 1};
+  skip_[op] = skip;
 }
 
 int FakeCuda::calls(FakeOp op) const {
@@ -888,6 +905,221 @@ int FakeCuda::registrations() const {
   for (const auto& [key, bytes] : world_->registered_) {
     if (key.first == id_) ++n;
   }
+  return n;
+}
+
+// ---- CUDA VMM -----------------------------------------------------------------------------
+
+#define FAKE_ENTER(op)                  \
+  std::lock_guard lock(world_->mutex_); \
+  if (const CudaErr e_ = enter(op); e_ != CudaErr::success) return e_
+
+namespace {
+
+constexpr const char* kVmmLabel = "ipcring-fake-vmm";
+
+// True when `fd` is one of the memfds the fake makes for VMM allocations (in any real process).
+bool is_fake_vmm_memfd(int fd) {
+  char target[128] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+  const std::string want = std::string("/memfd:") + kVmmLabel;
+  return n > 0 && std::string(target, static_cast<std::size_t>(n)).rfind(want, 0) == 0;
+}
+
+}  // namespace
+
+int FakeGpuWorld::vmm_allocations() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int>(vmm_.size());
+}
+
+void FakeGpuWorld::vmm_forget_if_unused(std::uint64_t allocation) {
+  auto it = vmm_.find(allocation);
+  if (it == vmm_.end() || it->second.handles > 0 || it->second.mappings > 0) return;
+  close(it->second.fd);
+  vmm_.erase(it);
+}
+
+CudaErr FakeCuda::vmm_granularity(int device, std::size_t& bytes) noexcept {
+  FAKE_ENTER(FakeOp::vmm_granularity);
+  if (device < 0 || device >= static_cast<int>(visible_.size())) {
+    return ret(CudaErr::invalid_device);
+  }
+  const FakeDevice& d = world_->devices_[static_cast<std::size_t>(world_device(device))];
+  if (!d.vmm_posix_fd) return ret(CudaErr::not_supported);
+  bytes = d.vmm_granularity;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_create(detail::CudaMemHandle& handle, std::size_t bytes,
+                             int device) noexcept {
+  FAKE_ENTER(FakeOp::vmm_create);
+  if (device < 0 || device >= static_cast<int>(visible_.size())) {
+    return ret(CudaErr::invalid_device);
+  }
+  const FakeDevice& d = world_->devices_[static_cast<std::size_t>(world_device(device))];
+  if (!d.vmm_posix_fd) return ret(CudaErr::not_supported);
+  if (bytes == 0 || bytes % d.vmm_granularity != 0) return ret(CudaErr::invalid_value);
+  const int fd = memfd_create(kVmmLabel, MFD_CLOEXEC);
+  if (fd < 0) return ret(CudaErr::memory_allocation);
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return ret(CudaErr::memory_allocation);
+  }
+  const std::uint64_t id = world_->next_id_++;
+  world_->vmm_[id] = FakeGpuWorld::VmmAllocation{fd, bytes, 1, 0};
+  handle = next_vmm_handle_++;
+  vmm_handles_[handle] = id;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_release(detail::CudaMemHandle handle) noexcept {
+  FAKE_ENTER(FakeOp::vmm_release);
+  auto it = vmm_handles_.find(handle);
+  if (it == vmm_handles_.end()) return ret(CudaErr::invalid_value);
+  const std::uint64_t id = it->second;
+  vmm_handles_.erase(it);
+  --world_->vmm_.at(id).handles;
+  world_->vmm_forget_if_unused(id);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_reserve(void** ptr, std::size_t bytes, std::size_t alignment) noexcept {
+  FAKE_ENTER(FakeOp::vmm_reserve);
+  if (bytes == 0 || (alignment & (alignment - 1)) != 0) return ret(CudaErr::invalid_value);
+  const std::size_t align = std::max<std::size_t>(alignment, 4096);
+  // Over-reserve and trim, so the range starts at a multiple of the alignment.
+  void* raw =
+      mmap(nullptr, bytes + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return ret(CudaErr::memory_allocation);
+  const auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t start = (base + align - 1) / align * align;
+  if (start > base) munmap(raw, start - base);
+  const std::uintptr_t end = start + bytes;
+  if (base + bytes + align > end) munmap(reinterpret_cast<void*>(end), base + bytes + align - end);
+  vmm_ranges_[start] = VmmRange{bytes, 0};
+  *ptr = reinterpret_cast<void*>(start);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_free_address(void* ptr, std::size_t bytes) noexcept {
+  FAKE_ENTER(FakeOp::vmm_free_address);
+  auto it = vmm_ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  // The whole range, unmapped first (cuMemAddressFree of a mapped range is an error).
+  if (it == vmm_ranges_.end() || it->second.bytes != bytes || it->second.allocation != 0) {
+    return ret(CudaErr::invalid_value);
+  }
+  munmap(ptr, bytes);
+  vmm_ranges_.erase(it);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_map(void* ptr, std::size_t bytes, detail::CudaMemHandle handle) noexcept {
+  FAKE_ENTER(FakeOp::vmm_map);
+  auto r = vmm_ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  auto h = vmm_handles_.find(handle);
+  if (r == vmm_ranges_.end() || h == vmm_handles_.end() || r->second.allocation != 0 ||
+      r->second.bytes != bytes) {
+    return ret(CudaErr::invalid_value);
+  }
+  FakeGpuWorld::VmmAllocation& a = world_->vmm_.at(h->second);
+  if (bytes > a.bytes) return ret(CudaErr::invalid_value);
+  // Mapped, but no access until vmm_set_access.
+  if (mmap(ptr, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, a.fd, 0) == MAP_FAILED) {
+    return ret(CudaErr::memory_allocation);
+  }
+  r->second.allocation = h->second;
+  ++a.mappings;
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_unmap(void* ptr, std::size_t bytes) noexcept {
+  FAKE_ENTER(FakeOp::vmm_unmap);
+  auto r = vmm_ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (r == vmm_ranges_.end() || r->second.allocation == 0 || r->second.bytes != bytes) {
+    return ret(CudaErr::invalid_value);
+  }
+  // The range stays reserved: inaccessible address space again.
+  mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  const std::uint64_t id = r->second.allocation;
+  r->second.allocation = 0;
+  --world_->vmm_.at(id).mappings;
+  world_->vmm_forget_if_unused(id);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_set_access(void* ptr, std::size_t bytes, int device,
+                                 bool read_write) noexcept {
+  FAKE_ENTER(FakeOp::vmm_set_access);
+  if (device < 0 || device >= static_cast<int>(visible_.size())) {
+    return ret(CudaErr::invalid_device);
+  }
+  auto r = vmm_ranges_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (r == vmm_ranges_.end() || r->second.allocation == 0 || r->second.bytes != bytes) {
+    return ret(CudaErr::invalid_value);
+  }
+  if (mprotect(ptr, bytes, read_write ? PROT_READ | PROT_WRITE : PROT_READ) != 0) {
+    return ret(CudaErr::invalid_value);
+  }
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::vmm_export_fd(int& fd, detail::CudaMemHandle handle) noexcept {
+  FAKE_ENTER(FakeOp::vmm_export_fd);
+  auto h = vmm_handles_.find(handle);
+  if (h == vmm_handles_.end()) return ret(CudaErr::invalid_value);
+  fd = fcntl(world_->vmm_.at(h->second).fd, F_DUPFD_CLOEXEC, 0);
+  return fd >= 0 ? CudaErr::success : ret(CudaErr::memory_allocation);
+}
+
+CudaErr FakeCuda::vmm_import_fd(detail::CudaMemHandle& handle, int fd) noexcept {
+  FAKE_ENTER(FakeOp::vmm_import_fd);
+  struct stat st {};
+  if (fd < 0 || !is_fake_vmm_memfd(fd) || fstat(fd, &st) != 0 || st.st_size <= 0) {
+    return ret(CudaErr::invalid_value);
+  }
+  const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return ret(CudaErr::memory_allocation);
+  const std::uint64_t id = world_->next_id_++;
+  world_->vmm_[id] = FakeGpuWorld::VmmAllocation{own, static_cast<std::uint64_t>(st.st_size), 1, 0};
+  handle = next_vmm_handle_++;
+  vmm_handles_[handle] = id;
+  return CudaErr::success;
+}
+
+#undef FAKE_ENTER
+
+void FakeCuda::vmm_drop() {
+  for (auto& [start, r] : vmm_ranges_) {
+    munmap(reinterpret_cast<void*>(start), r.bytes);
+    if (r.allocation != 0) {
+      --world_->vmm_.at(r.allocation).mappings;
+      world_->vmm_forget_if_unused(r.allocation);
+    }
+  }
+  vmm_ranges_.clear();
+  for (auto& [handle, id] : vmm_handles_) {
+    --world_->vmm_.at(id).handles;
+    world_->vmm_forget_if_unused(id);
+  }
+  vmm_handles_.clear();
+}
+
+int FakeCuda::vmm_handles() const {
+  std::lock_guard lock(world_->mutex_);
+  return static_cast<int>(vmm_handles_.size());
+}
+
+int FakeCuda::vmm_ranges() const {
+  std::lock_guard lock(world_->mutex_);
+  return static_cast<int>(vmm_ranges_.size());
+}
+
+int FakeCuda::vmm_mappings() const {
+  std::lock_guard lock(world_->mutex_);
+  int n = 0;
+  for (const auto& [start, r] : vmm_ranges_) n += r.allocation != 0 ? 1 : 0;
   return n;
 }
 

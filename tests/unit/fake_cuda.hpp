@@ -41,6 +41,14 @@
 //    the test calls land_late_writes(), into memory that stays registered until then.
 //  * Anything that would block forever (synchronising on work that waits for another process)
 //    returns CudaErr::unknown and counts in `hangs`, so a test fails instead of hanging.
+//  * CUDA VMM: an allocation (cuMemCreate) is a memfd labelled "ipcring-fake-vmm" of its size;
+//    exporting it gives a new descriptor of that memfd (the caller's), so it can travel to
+//    another real process over a socket; importing accepts only such a memfd (anything else:
+//    invalid_value), keeps its own reference and leaves the caller's descriptor open. A reserved
+//    range is real address space (PROT_NONE); cuMemMap maps the memfd there, still inaccessible,
+//    and cuMemSetAccess makes it readable or read-write, so a write through a read-only mapping
+//    faults as on a GPU. Sizes must be multiples of the device's granularity; an allocation goes
+//    once its handles are released and its mappings unmapped (vmm_allocations counts them).
 //  * fail(op, err, times) injects errors.
 #pragma once
 
@@ -92,6 +100,16 @@ enum class FakeOp {
   host_device_pointer,
   stream_write_value64,
   stream_wait_value64,
+  vmm_granularity,
+  vmm_create,
+  vmm_release,
+  vmm_reserve,
+  vmm_free_address,
+  vmm_map,
+  vmm_unmap,
+  vmm_set_access,
+  vmm_export_fd,
+  vmm_import_fd,
   count_
 };
 
@@ -102,8 +120,10 @@ struct FakeDevice {
   bool ipc_events = true;
   bool host_register = true;
   bool stream_mem_ops = true;
-  int compute_mode = 0;  // cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process
-  bool mig = false;      // a MIG compute instance (NVML knows it as MIG-<uuid>)
+  int compute_mode = 0;      // cudaComputeMode: 0 default, 2 prohibited, 3 exclusive-process
+  bool mig = false;          // a MIG compute instance (NVML knows it as MIG-<uuid>)
+  bool vmm_posix_fd = true;  // VMM allocations shareable as descriptors
+  std::size_t vmm_granularity = std::size_t{2} << 20;  // cuMemGetAllocationGranularity
 };
 
 class FakeCuda;
@@ -130,6 +150,7 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   int unregistered_writes() const;
   int implicit_inits() const;
   std::uint64_t bytes_allocated(void* ptr) const;  // size of the allocation at `ptr` (0: none)
+  int vmm_allocations() const;                     // VMM allocations of this world not yet gone
 
  private:
   friend class FakeCuda;
@@ -175,6 +196,14 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
     bool imported = false;
   };
 
+  struct VmmAllocation {
+    int fd = -1;  // the memfd that stands in for the memory (the driver's reference)
+    std::uint64_t bytes = 0;
+    int handles = 0;   // handles not yet released, in every process
+    int mappings = 0;  // mapped ranges, in every process
+  };
+  void vmm_forget_if_unused(std::uint64_t allocation);  // with mutex_ held
+
   // Called with mutex_ held.
   void advance();
   bool runnable(const Op& op) const;
@@ -196,6 +225,7 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
   std::map<std::uint64_t, Stream> streams_;  // key: the CudaStream value
   std::map<std::uint64_t, Handle> handles_;  // key: the CudaEvent value
   std::map<std::pair<int, int>, std::uint64_t> legacy_;
+  std::map<std::uint64_t, VmmAllocation> vmm_;
   int wrong_device_closes_ = 0;
   int hangs_ = 0;
   int freed_while_mapped_ = 0;
@@ -244,6 +274,18 @@ class FakeCuda final : public detail::CudaApi {
                                std::uint64_t value) noexcept override;
   CudaErr stream_wait_value64(CudaStream stream, void* device_ptr,
                               std::uint64_t value) noexcept override;
+  CudaErr vmm_granularity(int device, std::size_t& bytes) noexcept override;
+  CudaErr vmm_create(detail::CudaMemHandle& handle, std::size_t bytes,
+                     int device) noexcept override;
+  CudaErr vmm_release(detail::CudaMemHandle handle) noexcept override;
+  CudaErr vmm_reserve(void** ptr, std::size_t bytes, std::size_t alignment) noexcept override;
+  CudaErr vmm_free_address(void* ptr, std::size_t bytes) noexcept override;
+  CudaErr vmm_map(void* ptr, std::size_t bytes, detail::CudaMemHandle handle) noexcept override;
+  CudaErr vmm_unmap(void* ptr, std::size_t bytes) noexcept override;
+  CudaErr vmm_set_access(void* ptr, std::size_t bytes, int device,
+                         bool read_write) noexcept override;
+  CudaErr vmm_export_fd(int& fd, detail::CudaMemHandle handle) noexcept override;
+  CudaErr vmm_import_fd(detail::CudaMemHandle& handle, int fd) noexcept override;
   CudaErr get_last_error() noexcept override;
   const char* error_name(CudaErr err) noexcept override;
 
@@ -269,6 +311,8 @@ class FakeCuda final : public detail::CudaApi {
   int land_late_writes();
   // Injects `err` into the next `times` calls of `op` (times < 0: every call).
   void fail(FakeOp op, CudaErr err, int times = 1);
+  // The next `skip` calls of `op` succeed, the one after reports `err`.
+  void fail_after(FakeOp op, int skip, CudaErr err);
   int calls(FakeOp op) const;
   int open_mappings() const;  // memory handles this process has open
   int process_id() const { return id_; }
@@ -278,6 +322,9 @@ class FakeCuda final : public detail::CudaApi {
   // set_context().
   detail::CudaContext make_context(int ordinal);
   int registrations() const;  // host ranges this process has registered
+  int vmm_handles() const;    // VMM handles this process holds (made or imported)
+  int vmm_ranges() const;     // virtual ranges it reserved and has not freed
+  int vmm_mappings() const;   // of those, the mapped ones
 
  private:
   friend class FakeGpuWorld;
@@ -309,6 +356,7 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr last_error_ = CudaErr::success;
   std::array<int, static_cast<std::size_t>(FakeOp::count_)> calls_{};
   std::map<FakeOp, std::pair<CudaErr, int>> inject_;
+  std::map<FakeOp, int> skip_;
   struct Mapping {
     std::uint64_t allocation = 0;
     int device = 0;  // ordinal current at open
@@ -316,6 +364,14 @@ class FakeCuda final : public detail::CudaApi {
   };
   std::map<std::pair<void*, int>, Mapping> mappings_;  // key: (pointer, ordinal of the context)
   std::map<std::pair<std::thread::id, int>, std::uint64_t> per_thread_;  // (thread, ordinal)
+  std::map<detail::CudaMemHandle, std::uint64_t> vmm_handles_;  // handle -> world allocation
+  struct VmmRange {
+    std::size_t bytes = 0;
+    std::uint64_t allocation = 0;  // mapped: the allocation (0: not mapped)
+  };
+  std::map<std::uintptr_t, VmmRange> vmm_ranges_;  // key: the range's start
+  detail::CudaMemHandle next_vmm_handle_ = 0x100;
+  void vmm_drop();  // at death: handles released, mappings gone (with the world mutex held)
 };
 
 }  // namespace ipcring::test

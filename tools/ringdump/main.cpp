@@ -10,6 +10,7 @@
 //   ringdump echo|hz|bw NAME            frames as a reader sees them (stream.hpp)
 //   ringdump record|info|play           frames into and out of MCAP files (record.hpp)
 //   ringdump serve NAME...              live view: Foxglove WebSocket, and a page (serve.hpp)
+//   ringdump doctor [NAME]              what will happen on this machine, and why (doctor.cpp)
 //
 // Looking (list, show, watch, check) only calls ipcring::inspect() and list_channels(), which
 // take no lease and reap nothing: running ringdump never changes what producer and readers see.
@@ -24,7 +25,7 @@
 // repair.cpp (reap, rm, gc), stream.cpp (echo, hz, bw), json.cpp (--json, from the Snapshot
 // schema), render.cpp (the text views), health.cpp (rates, check's reasons), format.cpp (units,
 // colour), record.cpp, info.cpp, play.cpp (MCAP files: mcap_writer, mcap_reader, messages),
-// serve.cpp and page.cpp (the live view).
+// serve.cpp and page.cpp (the live view), doctor.cpp (the machine's checks).
 #include <unistd.h>
 
 #include <cstdio>
@@ -105,6 +106,12 @@ int run(int argc, char** argv) {
   gc->add_flag("--force", force, "Remove live and uninspectable channels too");
   gc->add_flag("--dry-run", dry_run, "Only say what would be removed");
 
+  auto* doctor = app.add_subcommand(
+      "doctor",
+      "Say what will happen on this machine and why; exit 0 when it can work, 3 when not");
+  doctor->add_option("name", name, "Channel name (default: any channel)");
+  doctor->add_flag("--json", json, "One JSON document");
+
   stream::Commands streaming;
   stream::add(app, streaming);
   record::Commands recording;
@@ -133,6 +140,7 @@ int run(int argc, char** argv) {
     if (reap->parsed()) return cmd_reap(name);
     if (rm->parsed()) return cmd_rm(name, force);
     if (gc->parsed()) return cmd_gc(patterns, force, dry_run);
+    if (doctor->parsed()) return cmd_doctor(name, json);
     if (const auto rc = stream::run(streaming)) return *rc;
     if (const auto rc = record::run(recording)) return *rc;
     if (const auto rc = serve::run(serving)) return *rc;

@@ -192,6 +192,12 @@ int cmd_rm(const std::string& name, bool force);
 bool selected(const std::string& name, const std::vector<std::string>& patterns);
 int cmd_gc(const std::vector<std::string>& patterns, bool force, bool dry_run);
 
+// ---- doctor (doctor.cpp) ------------------------------------------------------------------------
+
+// What will happen on this machine for channel `name` (empty: any channel), and why; 0 when the
+// setup can work, 3 when a problem stops it.
+int cmd_doctor(const std::string& name, bool json);
+
 // ---- the command line (main.cpp) ----------------------------------------------------------------
 
 int run(int argc, char** argv);

@@ -43,6 +43,8 @@ target_sources(ipcring PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_capability.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_probe.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_vmm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_import.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_producer_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_reader_pool.cpp

@@ -78,6 +78,9 @@ enum class CudaAttr : int {
 // An opaque CUcontext (the calling thread's current context; nullptr: none).
 using CudaContext = void*;
 
+// A CUmemGenericAllocationHandle (CUDA virtual memory management; 0: none).
+using CudaMemHandle = std::uint64_t;
+
 class CudaApi {
  public:
   virtual ~CudaApi() = default;
@@ -148,6 +151,30 @@ class CudaApi {
                                        std::uint64_t value) noexcept = 0;
   virtual CudaErr stream_wait_value64(CudaStream stream, void* device_ptr,
                                       std::uint64_t value) noexcept = 0;
+
+  // CUDA virtual memory management (cuda_vmm.hpp), through driver entry points. Allocations are
+  // pinned device memory on `device` (CU_MEM_LOCATION_TYPE_DEVICE) made shareable as POSIX file
+  // descriptors (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
+  //   granularity:  cuMemGetAllocationGranularity(CU_MEM_ALLOC_GRANULARITY_MINIMUM) for them;
+  //   create:       cuMemCreate of `bytes` (a multiple of the granularity);
+  //   release:      cuMemRelease (the memory goes once every handle is released and every
+  //                 mapping of it unmapped);
+  //   reserve/free_address: cuMemAddressReserve / cuMemAddressFree of a virtual range;
+  //   map/unmap:    cuMemMap (offset 0) / cuMemUnmap of a whole reserved range;
+  //   set_access:   cuMemSetAccess for `device`: read-write, or read-only;
+  //   export_fd:    cuMemExportToShareableHandle: a new descriptor the caller owns;
+  //   import_fd:    cuMemImportFromShareableHandle: a new handle; `fd` stays the caller's.
+  virtual CudaErr vmm_granularity(int device, std::size_t& bytes) noexcept = 0;
+  virtual CudaErr vmm_create(CudaMemHandle& handle, std::size_t bytes, int device) noexcept = 0;
+  virtual CudaErr vmm_release(CudaMemHandle handle) noexcept = 0;
+  virtual CudaErr vmm_reserve(void** ptr, std::size_t bytes, std::size_t alignment) noexcept = 0;
+  virtual CudaErr vmm_free_address(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual CudaErr vmm_map(void* ptr, std::size_t bytes, CudaMemHandle handle) noexcept = 0;
+  virtual CudaErr vmm_unmap(void* ptr, std::size_t bytes) noexcept = 0;
+  virtual CudaErr vmm_set_access(void* ptr, std::size_t bytes, int device,
+                                 bool read_write) noexcept = 0;
+  virtual CudaErr vmm_export_fd(int& fd, CudaMemHandle handle) noexcept = 0;
+  virtual CudaErr vmm_import_fd(CudaMemHandle& handle, int fd) noexcept = 0;
 
   // Returns and clears the calling thread's last non-sticky error (cudaGetLastError), so one
   // failed call does not make later, unrelated calls report it.

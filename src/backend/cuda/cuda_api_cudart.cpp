@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -87,6 +88,23 @@ struct DriverEntryPoints {
   cudaError_t error = cudaSuccess;  // of the first lookup that failed
 };
 
+// The VMM entry points (cuda_vmm.hpp), looked up on first use by themselves: a driver without
+// them fails only the VMM calls.
+struct VmmEntryPoints {
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) reserve = nullptr;
+  decltype(&::cuMemAddressFree) free_address = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+  decltype(&::cuMemExportToShareableHandle) export_handle = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;
+  cudaError_t error = cudaSuccess;
+};
+static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(CudaMemHandle));
+
 template <class Fn>
 void lookup(const char* symbol, Fn& fn, cudaError_t& error) noexcept {
   void* p = nullptr;
@@ -114,6 +132,8 @@ const DriverEntryPoints& driver() noexcept {
   });
   return d;
 }
+
+const VmmEntryPoints& vmm() noexcept;
 
 // CUresult values that mean the same as a runtime error keep their number (success 0, invalid
 // value 1, not supported 801, invalid handle 400); the rest are reported as unknown.
@@ -163,6 +183,44 @@ const Nvml& nvml() noexcept {
 
 CUstream driver_stream(CudaStream s) noexcept {
   return s != nullptr ? reinterpret_cast<CUstream>(s) : CU_STREAM_LEGACY;
+}
+
+const VmmEntryPoints& vmm() noexcept {
+  static VmmEntryPoints v;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    lookup("cuMemGetAllocationGranularity", v.granularity, v.error);
+    lookup("cuMemCreate", v.create, v.error);
+    lookup("cuMemRelease", v.release, v.error);
+    lookup("cuMemAddressReserve", v.reserve, v.error);
+    lookup("cuMemAddressFree", v.free_address, v.error);
+    lookup("cuMemMap", v.map, v.error);
+    lookup("cuMemUnmap", v.unmap, v.error);
+    lookup("cuMemSetAccess", v.set_access, v.error);
+    lookup("cuMemExportToShareableHandle", v.export_handle, v.error);
+    lookup("cuMemImportFromShareableHandle", v.import_handle, v.error);
+  });
+  return v;
+}
+
+// Pinned device memory of `ordinal`, shareable as a POSIX file descriptor.
+bool vmm_properties(int ordinal, CUmemAllocationProp& prop, CudaErr& err) noexcept {
+  const DriverEntryPoints& d = driver();
+  if (d.device_get == nullptr) {
+    err = wrap(d.error);
+    return false;
+  }
+  CUdevice dev = 0;
+  if (const CUresult r = d.device_get(&dev, ordinal); r != CUDA_SUCCESS) {
+    err = from_driver(r);
+    return false;
+  }
+  prop = CUmemAllocationProp{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return true;
 }
 
 class CudartApi final : public CudaApi {
@@ -291,6 +349,83 @@ class CudartApi final : public CudaApi {
     return from_driver(d.wait_value64(driver_stream(stream),
                                       reinterpret_cast<CUdeviceptr>(device_ptr), value,
                                       CU_STREAM_WAIT_VALUE_GEQ));
+  }
+  CudaErr vmm_granularity(int device, std::size_t& bytes) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.granularity == nullptr) return wrap(v.error);
+    CUmemAllocationProp prop{};
+    CudaErr err = CudaErr::success;
+    if (!vmm_properties(device, prop, err)) return err;
+    return from_driver(v.granularity(&bytes, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  }
+  CudaErr vmm_create(CudaMemHandle& handle, std::size_t bytes, int device) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.create == nullptr) return wrap(v.error);
+    CUmemAllocationProp prop{};
+    CudaErr err = CudaErr::success;
+    if (!vmm_properties(device, prop, err)) return err;
+    CUmemGenericAllocationHandle h = 0;
+    const CUresult r = v.create(&h, bytes, &prop, 0);
+    if (r == CUDA_SUCCESS) handle = h;
+    return from_driver(r);
+  }
+  CudaErr vmm_release(CudaMemHandle handle) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.release == nullptr) return wrap(v.error);
+    return from_driver(v.release(handle));
+  }
+  CudaErr vmm_reserve(void** ptr, std::size_t bytes, std::size_t alignment) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.reserve == nullptr) return wrap(v.error);
+    CUdeviceptr p = 0;
+    const CUresult r = v.reserve(&p, bytes, alignment, 0, 0);
+    if (r == CUDA_SUCCESS) *ptr = reinterpret_cast<void*>(p);
+    return from_driver(r);
+  }
+  CudaErr vmm_free_address(void* ptr, std::size_t bytes) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.free_address == nullptr) return wrap(v.error);
+    return from_driver(v.free_address(reinterpret_cast<CUdeviceptr>(ptr), bytes));
+  }
+  CudaErr vmm_map(void* ptr, std::size_t bytes, CudaMemHandle handle) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.map == nullptr) return wrap(v.error);
+    return from_driver(v.map(reinterpret_cast<CUdeviceptr>(ptr), bytes, 0, handle, 0));
+  }
+  CudaErr vmm_unmap(void* ptr, std::size_t bytes) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.unmap == nullptr) return wrap(v.error);
+    return from_driver(v.unmap(reinterpret_cast<CUdeviceptr>(ptr), bytes));
+  }
+  CudaErr vmm_set_access(void* ptr, std::size_t bytes, int device,
+                         bool read_write) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.set_access == nullptr) return wrap(v.error);
+    CUmemAllocationProp prop{};
+    CudaErr err = CudaErr::success;
+    if (!vmm_properties(device, prop, err)) return err;
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = read_write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_READ;
+    return from_driver(v.set_access(reinterpret_cast<CUdeviceptr>(ptr), bytes, &access, 1));
+  }
+  CudaErr vmm_export_fd(int& fd, CudaMemHandle handle) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.export_handle == nullptr) return wrap(v.error);
+    int out = -1;
+    const CUresult r = v.export_handle(&out, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS) fd = out;
+    return from_driver(r);
+  }
+  CudaErr vmm_import_fd(CudaMemHandle& handle, int fd) noexcept override {
+    const VmmEntryPoints& v = vmm();
+    if (v.import_handle == nullptr) return wrap(v.error);
+    CUmemGenericAllocationHandle h = 0;
+    // The POSIX descriptor is passed by value, cast to a pointer (the driver's convention).
+    const CUresult r = v.import_handle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)),
+                                       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r == CUDA_SUCCESS) handle = h;
+    return from_driver(r);
   }
   CudaErr get_last_error() noexcept override { return wrap(cudaGetLastError()); }
   const char* error_name(CudaErr err) noexcept override {

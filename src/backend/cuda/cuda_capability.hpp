@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_api.hpp"
 
@@ -17,6 +18,9 @@ int probe_device_count(CudaApi& api, const std::string& ch);
 // do not support cudaIpcGetMemHandle), unified addressing, IPC events, host registration and
 // 64-bit stream memory operations.
 void probe_ipc_support(CudaApi& api, int device, const std::string& ch);
+// Every reason probe_ipc_support would refuse `device` (it throws the first), each a sentence
+// naming the device and the alternative; empty when legacy CUDA IPC can be used (ringdump doctor).
+std::vector<std::string> ipc_support_refusals(CudaApi& api, int device);
 
 // The ordinal, in this process, of the device whose UUID is `want` (the frames' GPU); throws
 // Errc::unsupported listing the visible devices when this process cannot see it.
