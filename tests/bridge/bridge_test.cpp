@@ -910,7 +910,7 @@ TEST_CASE("decode_frame_sample: big-endian and XCDR2 samples; strings checked") 
 
 TEST_CASE("decode_image_sample: Cyclone's serialisation of sensor_msgs/msg/Image, in place") {
   using namespace ipcring::bridge;
-  std::vector<std::uint8_t> pixels(4 * 3 * 2);
+  std::vector<std::uint8_t> pixels(std::size_t{4} * 3 * 2);
   for (std::size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<std::uint8_t>(k);
   const std::string frame_id = "camera_optical";
   const ImageFormat format{"rgb8", 4, 2, 0, 0};

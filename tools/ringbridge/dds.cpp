@@ -44,8 +44,9 @@ std::string configure_cyclone(const std::string& interface_name) {
 void keep_frame_buffers_in_heap() noexcept {
   // 32 MiB is glibc's largest mmap threshold on 64-bit (setting it also stops glibc's own
   // adjustment of both thresholds); freed memory up to 256 MiB stays with the process.
-  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-  mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);
+  // Single-threaded at this point (before any participant or Reader thread exists).
+  mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);   // NOLINT(concurrency-mt-unsafe)
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);  // NOLINT(concurrency-mt-unsafe)
 }
 
 dds_entity_t check(dds_entity_t rc, const char* what, const std::string& topic) {

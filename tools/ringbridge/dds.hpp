@@ -42,7 +42,8 @@ std::string configure_cyclone(const std::string& interface_name);
 // Keeps the large blocks Cyclone allocates for each frame (its serialised form in the writer's
 // history, the reassembled sample on receipt) in the heap for reuse. By default glibc maps
 // blocks over 128 KiB-32 MiB afresh and returns freed heap tops to the kernel, so each 1-8 MiB
-// frame costs page faults and zeroed pages on both sides. Call once, first thing.
+// frame costs page faults and zeroed pages on both sides. Call once, first thing, before any
+// thread starts.
 void keep_frame_buffers_in_heap() noexcept;
 
 // An owned DDS entity; deleting a participant deletes everything created under it.

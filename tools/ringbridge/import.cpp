@@ -132,7 +132,7 @@ class Importer {
       if (v == Verdict::ok) {
         handle_image(s);
       } else {
-        count_drop(v, stats_.received, cdr.size());
+        drop_undecodable(cdr);
       }
     } else {
       ipcring_bridge_Frame s{};
@@ -140,7 +140,7 @@ class Importer {
       if (v == Verdict::ok) {
         handle_frame(s);
       } else {
-        count_drop(v, 0, cdr.size());
+        drop_undecodable(cdr);
       }
     }
     ddsi_serdata_to_ser_unref(ref, &iov);
@@ -158,6 +158,25 @@ class Importer {
                    "(frame_bytes %zu): %s\n",
                    o_.topic.c_str(), static_cast<unsigned long long>(sequence), bytes,
                    o_.channel.c_str(), o_.channel_config.frame_bytes, to_string(v));
+    }
+  }
+
+  // Not CDR of the topic's type (its sequence number cannot be trusted): counted as bad, and the
+  // first one, or each without --quiet, reported with its size and encapsulation header.
+  void drop_undecodable(std::span<const std::byte> cdr) {
+    ++stats_.bad;
+    if (dropped_++ == 0 || !o_.quiet) {
+      char header[16] = "none";
+      if (cdr.size() >= 4) {
+        std::snprintf(header, sizeof header, "%02x %02x %02x %02x",
+                      std::to_integer<unsigned>(cdr[0]), std::to_integer<unsigned>(cdr[1]),
+                      std::to_integer<unsigned>(cdr[2]), std::to_integer<unsigned>(cdr[3]));
+      }
+      std::fprintf(stderr,
+                   "ringbridge import %s: dropped received sample %llu (%zu bytes serialised, "
+                   "header %s) for channel %s: %s\n",
+                   o_.topic.c_str(), static_cast<unsigned long long>(stats_.received), cdr.size(),
+                   header, o_.channel.c_str(), to_string(Verdict::bad_encoding));
     }
   }
 
