@@ -22,6 +22,9 @@ struct CudaDeviceProbe {
   std::optional<bool> host_register;
   std::optional<bool> stream_mem_ops_64;
   std::optional<int> compute_mode;  // 0 default, 2 prohibited, 3 exclusive-process
+  // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: CUDA VMM allocations can be
+  // shared as file descriptors (what a VMM path needs; not yet a backend of this version).
+  std::optional<bool> vmm_posix_fd;
   // Legacy CUDA IPC (cudaIpcGetMemHandle, IPC events, release fences): usable when empty; else
   // every reason it is not, each naming the device and the alternative.
   std::vector<std::string> legacy_ipc_refusals;

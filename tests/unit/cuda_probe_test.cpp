@@ -48,6 +48,7 @@ TEST_CASE("probe_cuda: a discrete GPU with everything the legacy path needs") {
   CHECK(d.host_register == true);
   CHECK(d.ipc_events == true);
   CHECK(d.compute_mode == 0);
+  CHECK(d.vmm_posix_fd == true);
   CHECK(d.legacy_ipc_refusals.empty());
 }
 
@@ -56,6 +57,7 @@ TEST_CASE("probe_cuda: an integrated GPU without stream memory operations: every
   orin.integrated = true;
   orin.stream_mem_ops = false;
   orin.host_register = false;
+  orin.vmm_posix_fd = false;
   FakeDevice exclusive = FakeGpuWorld::device(0xc3);
   exclusive.compute_mode = 3;
   auto world = FakeGpuWorld::make({orin, exclusive});
@@ -71,6 +73,8 @@ TEST_CASE("probe_cuda: an integrated GPU without stream memory operations: every
   CHECK(p.devices[0].integrated == true);
   CHECK(p.devices[0].stream_mem_ops_64 == false);
   CHECK(p.devices[0].host_register == false);
+  CHECK(p.devices[0].vmm_posix_fd == false);
+  CHECK(p.devices[1].vmm_posix_fd == true);
   REQUIRE(p.devices[1].legacy_ipc_refusals.size() == 1);
   CHECK(mentions(p.devices[1].legacy_ipc_refusals, "exclusive-process"));
   // The create-time probe still throws the first reason, as before.

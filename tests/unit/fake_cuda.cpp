@@ -304,6 +304,9 @@ CudaErr FakeCuda::device_attribute(detail::CudaAttr attr, int device, int& value
     case detail::CudaAttr::compute_mode:
       value = d.compute_mode;
       break;
+    case detail::CudaAttr::vmm_posix_fd:
+      value = d.vmm_posix_fd ? 1 : 0;
+      break;
   }
   return CudaErr::success;
 }

@@ -529,6 +529,7 @@ Finding check_cuda(const ipcring::CudaProbe& probe, const Driver& d) {
     j["host_register"] = opt_bool(dev.host_register);
     j["stream_mem_ops_64"] = opt_bool(dev.stream_mem_ops_64);
     j["compute_mode"] = dev.compute_mode ? Json(*dev.compute_mode) : Json(nullptr);
+    j["vmm_posix_fd"] = opt_bool(dev.vmm_posix_fd);
     j["legacy_ipc_refusals"] = dev.legacy_ipc_refusals;
     devices.push_back(j);
   }
@@ -550,7 +551,8 @@ Finding check_cuda(const ipcring::CudaProbe& probe, const Driver& d) {
     f.summary += "device " + std::to_string(dev.ordinal) + " " + dev.uuid +
                  ": stream memory operations " + yes_no(dev.stream_mem_ops_64) +
                  ", host registration " + yes_no(dev.host_register) + ", IPC events " +
-                 yes_no(dev.ipc_events) + ", integrated " + yes_no(dev.integrated);
+                 yes_no(dev.ipc_events) + ", integrated " + yes_no(dev.integrated) +
+                 ", VMM descriptors " + yes_no(dev.vmm_posix_fd);
   }
   return f;
 }
@@ -574,9 +576,16 @@ Finding check_gpu_path(const ipcring::CudaProbe& probe, const std::optional<Snap
                        const std::string& name) {
   Finding f{"gpu_path", "GPU path", Level::ok, "", "", Json::object()};
   const std::vector<std::string> legacy = legacy_reasons(probe, 0);
-  const std::vector<std::string> vmm = {
+  std::vector<std::string> vmm = {
       "CUDA VMM (cuMemCreate with POSIX file descriptors over the channel's socket) is not part of "
       "this version of ipcring"};
+  for (const auto& d : probe.devices) {
+    if (d.ordinal == 0 && d.vmm_posix_fd) {
+      vmm.front() += std::string(" (device 0 ") +
+                     (*d.vmm_posix_fd ? "supports" : "does not support") +
+                     " VMM allocations shared as file descriptors)";
+    }
+  }
   GpuPath p;
   if (snapshot) {
     const bool cuda = snapshot->backend == ipcring::Backend::cuda;

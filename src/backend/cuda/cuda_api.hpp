@@ -73,6 +73,9 @@ enum class CudaAttr : int {
   // entry point cuDeviceGetAttribute (the runtime has no name for it): cuStreamWriteValue64 and
   // cuStreamWaitValue64 are supported. Offset so it cannot collide with a runtime attribute.
   stream_mem_ops_64 = 0x10000 + 122,
+  // The driver's CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED (103), read the
+  // same way: VMM allocations can be exported as POSIX file descriptors (cuda_vmm.hpp).
+  vmm_posix_fd = 0x10000 + 103,
 };
 
 // An opaque CUcontext (the calling thread's current context; nullptr: none).

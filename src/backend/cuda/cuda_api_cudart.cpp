@@ -45,6 +45,8 @@ static_assert(static_cast<int>(CudaAttr::host_register_supported) ==
               cudaDevAttrHostRegisterSupported);
 static_assert(static_cast<int>(CudaAttr::stream_mem_ops_64) - 0x10000 ==
               CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS);
+static_assert(static_cast<int>(CudaAttr::vmm_posix_fd) - 0x10000 ==
+              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED);
 static_assert(sizeof(CUdeviceptr) == sizeof(void*));
 static_assert(static_cast<int>(CudaErr::not_supported) == cudaErrorNotSupported);
 static_assert(static_cast<int>(CudaErr::unknown) == cudaErrorUnknown);
@@ -248,13 +250,17 @@ class CudartApi final : public CudaApi {
     }
   }
   CudaErr device_attribute(CudaAttr attr, int device, int& value) noexcept override {
-    if (attr == CudaAttr::stream_mem_ops_64) {
+    if (attr == CudaAttr::stream_mem_ops_64 || attr == CudaAttr::vmm_posix_fd) {
       const DriverEntryPoints& d = driver();
       if (d.device_get == nullptr || d.device_get_attribute == nullptr) return wrap(d.error);
       CUdevice dev = 0;
       if (const CUresult r = d.device_get(&dev, device); r != CUDA_SUCCESS) return from_driver(r);
-      return from_driver(
-          d.device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+      return from_driver(d.device_get_attribute(
+          &value,
+          attr == CudaAttr::vmm_posix_fd
+              ? CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED
+              : CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+          dev));
     }
     return wrap(cudaDeviceGetAttribute(&value, static_cast<cudaDeviceAttr>(attr), device));
   }

@@ -63,6 +63,7 @@ CudaProbe probe_cuda() noexcept {
       dev.host_register = flag(*api, CudaAttr::host_register_supported, d);
       dev.stream_mem_ops_64 = flag(*api, CudaAttr::stream_mem_ops_64, d);
       dev.compute_mode = attribute(*api, CudaAttr::compute_mode, d);
+      dev.vmm_posix_fd = flag(*api, CudaAttr::vmm_posix_fd, d);
       dev.legacy_ipc_refusals = detail::cuda::ipc_support_refusals(*api, d);
       probe.devices.push_back(std::move(dev));
     }
