@@ -130,6 +130,7 @@ bool FakeGpuWorld::runnable(const Op& op) const {
       return !op.held;
     case Op::Kind::record:
     case Op::Kind::write_value:
+    case Op::Kind::copy:
       return true;
     case Op::Kind::wait:
       return ops_.at(op.record).done;  // exactly the record it captured
@@ -150,6 +151,7 @@ void FakeGpuWorld::advance() {
         Op& op = ops_.at(s.ops.front());
         if (!runnable(op)) break;
         op.done = true;
+        if (op.kind == Op::Kind::copy) std::memcpy(op.dst, op.src, op.bytes);
         if (op.kind == Op::Kind::write_value) {
           if (registered(op.process, op.addr, 8)) {
             std::atomic_ref<std::uint64_t>(*op.addr).store(op.value, std::memory_order_release);
@@ -668,6 +670,52 @@ CudaErr FakeCuda::host_device_pointer(void** device_ptr, void* host_ptr) noexcep
   if (!world_->registered(id_, host_ptr, 1)) return ret(CudaErr::invalid_value);
   *device_ptr = host_ptr;  // unified addressing: the same address
   return CudaErr::success;
+}
+
+CudaErr FakeCuda::host_alloc(void** ptr, std::size_t bytes) noexcept {
+  FAKE_ENTER(FakeOp::host_alloc);
+  (void)cur();
+  if (bytes == 0) return ret(CudaErr::invalid_value);
+  auto storage = std::make_unique<unsigned char[]>(bytes);
+  *ptr = storage.get();
+  pinned_bytes_[*ptr] = bytes;
+  pinned_[*ptr] = std::move(storage);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::free_host(void* ptr) noexcept {
+  FAKE_ENTER(FakeOp::free_host);
+  (void)cur();
+  if (pinned_.erase(ptr) == 0) return ret(CudaErr::invalid_value);
+  pinned_bytes_.erase(ptr);
+  return CudaErr::success;
+}
+
+CudaErr FakeCuda::memcpy_to_host_async(void* dst, const void* src, std::size_t bytes,
+                                       CudaStream stream) noexcept {
+  FAKE_ENTER(FakeOp::memcpy_to_host);
+  (void)cur();
+  const std::uint64_t sid = legacy(stream);
+  if (sid == 0) return ret(CudaErr::invalid_resource_handle);
+  const auto d = reinterpret_cast<std::uintptr_t>(dst);
+  const bool pinned = std::any_of(pinned_bytes_.begin(), pinned_bytes_.end(), [&](const auto& b) {
+    const auto base = reinterpret_cast<std::uintptr_t>(b.first);
+    return d >= base && d + bytes <= base + b.second;
+  });
+  if (!pinned || src == nullptr) return ret(CudaErr::invalid_value);
+  FakeGpuWorld::Op op;
+  op.kind = FakeGpuWorld::Op::Kind::copy;
+  op.dst = dst;
+  op.src = src;
+  op.bytes = bytes;
+  op.process = id_;
+  world_->push(sid, std::move(op));
+  return CudaErr::success;
+}
+
+int FakeCuda::pinned_allocations() const {
+  std::lock_guard lock(world_->mutex_);
+  return static_cast<int>(pinned_.size());
 }
 
 CudaErr FakeCuda::stream_write_value64(CudaStream stream, void* device_ptr,

@@ -110,6 +110,9 @@ enum class FakeOp {
   vmm_set_access,
   vmm_export_fd,
   vmm_import_fd,
+  host_alloc,
+  free_host,
+  memcpy_to_host,
   count_
 };
 
@@ -171,7 +174,10 @@ class FakeGpuWorld : public std::enable_shared_from_this<FakeGpuWorld> {
     std::uint64_t latest_record = 0;  // op id of the newest record (0: never recorded)
   };
   struct Op {
-    enum class Kind { work, record, wait, write_value, wait_value } kind = Kind::work;
+    enum class Kind { work, record, wait, write_value, wait_value, copy } kind = Kind::work;
+    void* dst = nullptr;  // copy: bytes from src to dst when it runs
+    const void* src = nullptr;
+    std::size_t bytes = 0;
     std::uint64_t event = 0;
     std::uint64_t record = 0;       // wait: the record op it captured
     std::uint64_t* addr = nullptr;  // write_value / wait_value
@@ -288,6 +294,13 @@ class FakeCuda final : public detail::CudaApi {
   CudaErr vmm_import_fd(detail::CudaMemHandle& handle, int fd) noexcept override;
   CudaErr get_last_error() noexcept override;
   const char* error_name(CudaErr err) noexcept override;
+  CudaErr host_alloc(void** ptr, std::size_t bytes) noexcept override;
+  CudaErr free_host(void* ptr) noexcept override;
+  // Queues a copy op on the stream (it runs in stream order, when the world advances); dst must lie
+  // in a host_alloc allocation of this process.
+  CudaErr memcpy_to_host_async(void* dst, const void* src, std::size_t bytes,
+                               CudaStream stream) noexcept override;
+  int pinned_allocations() const;  // host_alloc allocations not freed
 
   // cudaStreamPerThread: the per-thread default stream of the calling thread (a blocking stream,
   // made on first use), wherever a stream is taken.
@@ -372,6 +385,8 @@ class FakeCuda final : public detail::CudaApi {
   std::map<std::uintptr_t, VmmRange> vmm_ranges_;  // key: the range's start
   detail::CudaMemHandle next_vmm_handle_ = 0x100;
   void vmm_drop();  // at death: handles released, mappings gone (with the world mutex held)
+  std::map<void*, std::unique_ptr<unsigned char[]>> pinned_;  // host_alloc: base -> storage
+  std::map<void*, std::size_t> pinned_bytes_;
 };
 
 }  // namespace ipcring::test

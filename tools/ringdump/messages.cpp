@@ -221,7 +221,9 @@ void encode_frame(Buffer& out, const FrameFields& f) {
 }
 
 std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::string_view topic,
-                                  std::string_view requested, std::uint64_t stamp_ns) {
+                                  std::string_view requested, std::uint64_t stamp_ns,
+                                  const std::byte* payload) {
+  const std::byte* data = payload != nullptr ? payload : f.data();
   const auto tensor = f.tensor();
   std::optional<std::string> encoding;
   if (tensor) encoding = image_encoding(*tensor, requested);
@@ -230,7 +232,7 @@ std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::str
     const auto width = static_cast<std::uint32_t>(tensor->shape[1]);
     const std::size_t pixels = std::size_t{height} * width * *bytes_per_pixel(*encoding);
     encode_image(out, stamp_ns, topic, height, width, *encoding,
-                 {f.data() + tensor->byte_offset, pixels});
+                 {data + tensor->byte_offset, pixels});
     return encoding;
   }
   FrameFields fields;
@@ -239,7 +241,7 @@ std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::str
   fields.capture_time_ns = f.capture_time_ns();
   fields.tensor = tensor;
   fields.metadata = f.metadata();
-  fields.data = {f.data(), f.size()};
+  fields.data = {data, f.size()};
   encode_frame(out, fields);
   return std::nullopt;
 }

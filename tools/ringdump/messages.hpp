@@ -61,9 +61,11 @@ void encode_frame(Buffer& out, const FrameFields& f);
 
 // A held frame as its message: an Image when its tensor is image-like (image_encoding with
 // `requested`), else a Frame. `stamp_ns`: the Image header's stamp. Returns the Image's encoding,
-// or std::nullopt for a Frame. Host frames only (reads f.data()).
+// or std::nullopt for a Frame. The payload is read from `payload` (f.size() bytes: a CUDA frame's
+// host copy), or from f.data() when it is nullptr (host frames).
 std::optional<std::string> encode(Buffer& out, const ipcring::Frame& f, std::string_view topic,
-                                  std::string_view requested, std::uint64_t stamp_ns);
+                                  std::string_view requested, std::uint64_t stamp_ns,
+                                  const std::byte* payload = nullptr);
 
 // Decode; on failure std::nullopt with `error` saying what was wrong (field and values). The
 // spans of the result point into `cdr`.

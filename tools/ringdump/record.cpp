@@ -22,10 +22,13 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <span>
 #include <thread>
 
+#include "backend/cuda/cuda_pool.hpp"  // the CUDA runtime binding, for CUDA channels
 #include "cli.hpp"
 #include "ipcring/ipcring.hpp"
+#include "ringdump/device_copy.hpp"
 #include "ringdump/mcap_writer.hpp"
 #include "ringdump/messages.hpp"
 #include "ringdump/record.hpp"
@@ -174,6 +177,8 @@ struct Channel {
   std::atomic<std::uint64_t> not_image{0};       // frames of an image channel written as Frames
   std::atomic<std::uint64_t> writer_waits{0};    // 100 ms waits for the writer (buffer full)
   std::atomic<std::uint64_t> copies_dropped{0};  // observer: copies overwritten (among drops)
+  std::atomic<std::uint64_t> copy_failures{0};   // CUDA: frames whose copy failed (among drops)
+  std::unique_ptr<DeviceCopy> device_copy;       // CUDA channels: the copy to host memory
   bool observer = false;
   std::atomic<bool> done{false};
   std::string error;
@@ -241,7 +246,25 @@ void read_channel(Channel& ch, Shared& s, std::size_t index) {
                             : item.log_time;
     Buffer& b = *buffer;
     if (f->size() + 4096 + 512 > b.capacity()) s.budget.grow(b, f->size() + 4096 + 512);
-    const auto encoding = messages::encode(b, *f, ch.name, ch.encoding, item.publish_time);
+    std::optional<std::string> encoding;
+    if (ch.device_copy) {
+      // A CUDA frame: copied to page-locked memory, encoded from there, then released.
+      const bool copied = ch.device_copy->copy_then_release(
+          *f, [&](const ipcring::Frame& held, std::span<const std::byte> payload) {
+            encoding =
+                messages::encode(b, held, ch.name, ch.encoding, item.publish_time, payload.data());
+          });
+      if (!copied) {  // dropped (released) and counted; said once, counted at the end
+        if (ch.copy_failures.fetch_add(1, std::memory_order_relaxed) == 0) {
+          std::fprintf(stderr, "ringdump record: %s\n", ch.device_copy->error().c_str());
+        }
+        ch.drops.fetch_add(1, std::memory_order_relaxed);
+        s.budget.give(std::move(b));
+        continue;
+      }
+    } else {
+      encoding = messages::encode(b, *f, ch.name, ch.encoding, item.publish_time);
+    }
     if (encoding) {
       item.image = true;
       item.encoding = *encoding;
@@ -318,11 +341,15 @@ int cmd_record(const Commands& c) {
     }
     ch->observer = ch->source->observer();
     if (ch->source->backend() == ipcring::Backend::cuda) {
-      std::fprintf(stderr,
-                   "ringdump record: %s: a CUDA channel; this ringdump records host channels "
-                   "only\n",
-                   ch->name.c_str());
-      return ipcring::tools::kExitError;
+      auto api = ipcring::detail::cuda_api_for_testing();
+      if (!api) api = ipcring::detail::cudart_api();
+      try {
+        ch->device_copy =
+            std::make_unique<DeviceCopy>(std::move(api), ch->name, ch->source->frame_bytes());
+      } catch (const std::runtime_error& e) {
+        std::fprintf(stderr, "ringdump record: %s\n", e.what());
+        return ipcring::tools::kExitError;
+      }
     }
     ch->geometry = ipcring::inspect(ch->name);
   }
@@ -405,7 +432,8 @@ int cmd_record(const Commands& c) {
   for (const auto& ch : channels) {
     // writer_behind_ms: how long, at least, this channel waited for buffer room (the disk or
     // the compression behind); drops without it mean the recorder was not scheduled in time.
-    // copies_dropped (observers): the drops whose copy the producer overwrote while it was taken.
+    // copies_dropped (observers): the drops whose copy the producer overwrote while it was taken;
+    // copy_failures (CUDA channels): the drops whose copy to host memory failed.
     std::printf(
         "ringdump record %s: frames=%llu drops=%llu writer_behind_ms=%llu %s%s%s\n",
         ch->name.c_str(), static_cast<unsigned long long>(ch->frames.load()),
@@ -413,6 +441,8 @@ int cmd_record(const Commands& c) {
         static_cast<unsigned long long>(ch->writer_waits.load()) * 100ULL,
         ch->observer
             ? ("mode=observer copies_dropped=" + std::to_string(ch->copies_dropped.load())).c_str()
+        : ch->device_copy
+            ? ("mode=reader cuda copy_failures=" + std::to_string(ch->copy_failures.load())).c_str()
             : "mode=reader",
         ch->not_image.load() != 0 ? (" not_image=" + std::to_string(ch->not_image.load())).c_str()
                                   : "",

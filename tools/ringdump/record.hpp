@@ -7,7 +7,8 @@
 //
 // record reads each channel as an observer (docs/observers.md: no reader entry, nothing held in the
 // producer's ring; --reader, and CUDA channels, take a reader entry that holds one frame at a
-// time) and copies each frame into a buffer; compression and writing happen on a writer thread.
+// time; a CUDA frame is copied to page-locked memory first, device_copy.hpp) and copies each
+// frame into a buffer; compression and writing happen on a writer thread.
 // Frames it could not take in time (the producer overran it, or overwrote a copy being taken)
 // are counted per channel, written into the file (metadata record `ipcring.drops`) and printed.
 #pragma once

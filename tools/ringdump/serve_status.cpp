@@ -316,11 +316,13 @@ std::vector<Found> scan(const std::string& directory) {
       } else if (!f.pid_alive) {
         f.state = Found::State::stale;
         f.problem = "pid " + std::to_string(f.pid) + " is gone";
-      } else if (start_time_of(f.pid) != s->start_time) {
+      } else if (const std::uint64_t started = start_time_of(f.pid);
+                 started != 0 && s->start_time != 0 && started != s->start_time) {
+        // (0: /proc/PID/stat not readable here, e.g. hidepid: the pid alone decides.)
         f.state = Found::State::stale;
         f.problem = "pid " + std::to_string(f.pid) + " is another process now (start time " +
-                    std::to_string(start_time_of(f.pid)) + ", the file says " +
-                    std::to_string(s->start_time) + ")";
+                    std::to_string(started) + ", the file says " + std::to_string(s->start_time) +
+                    ")";
       } else {
         f.state = Found::State::live;
       }

