@@ -8,7 +8,7 @@ import ipcring
 
 # What ringdump derives at display time (docs/operations.md, "show --json").
 DERIVED = {
-    "top": {"schema_version", "owner_name", "mode_octal"},
+    "top": {"schema_version", "owner_name", "mode_octal", "served_by", "serve_status_problems"},
     "producer": {"publish_rate_hz", "publish_rate_method", "publish_rate_window_ns",
                  "last_publish_age_ns", "uptime_ns"},
     "slot": {"age_ns"},

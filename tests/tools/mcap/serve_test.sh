@@ -113,8 +113,10 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 printf '{"format": "ringdump.serve.status/1", "pid": "x"}' > "$dir/ringdump-serve.$$.json"
-sleep 30 & sleeper=$!
-kill $sleeper; wait $sleeper 2>/dev/null || true  # a pid that is gone
+# A pid that is gone: a shell that printed its pid and ended. (Not "sleep & kill": a SIGTERM that
+# reaches the forked child before it execs runs this script's EXIT trap there, killing every
+# producer of the test.)
+sleeper=$(sh -c 'echo $$')
 printf '{"format":"ringdump.serve.status/1","pid":%d,"start_time":1,"updated_unix_ns":1,"address":"http://127.0.0.1:1/","channels":[{"name":"%s","frames":1,"observer_dropped":0,"sent_frames":1,"dropped_frames":5}],"clients":[]}\n' \
   $sleeper "$solo" > "$dir/ringdump-serve.$sleeper.json"
 head -c 2000000 /dev/zero > "$dir/ringdump-serve.1.json"
@@ -127,12 +129,13 @@ grep -q "serve status: $dir/ringdump-serve.1.json: 2000000 bytes, more than" "$w
 grep -q "ringdump-serve.$sleeper.json: stale, pid $sleeper is gone (ringdump gc removes it)" \
   "$work/show_solo.out" || fail "show does not call the dead serve's file stale"
 grep -q "^served by" "$work/show_solo.out" && fail "show lists a dead serve as serving"
-"$tools/ringdump" show "$solo" --json | node -e '
-  const j = JSON.parse(require("fs").readFileSync(0, "utf8"));
+"$tools/ringdump" show "$solo" --json > "$work/show_solo.json" || fail "show --json with bad status files exited $?"
+node -e '
+  const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
   if (j.served_by.length !== 0 || j.serve_status_problems.length !== 3) {
     console.error("show --json: " + JSON.stringify({served_by: j.served_by, problems: j.serve_status_problems}));
     process.exit(1);
-  }' || fail "show --json of bad status files"
+  }' "$work/show_solo.json" || fail "show --json of bad status files"
 "$tools/ringdump" gc > "$work/gc.out" 2>&1 || fail "gc exited $?: $(cat "$work/gc.out")"
 cat "$work/gc.out"
 [[ ! -e $dir/ringdump-serve.$sleeper.json ]] || fail "gc left the stale status file"
