@@ -3,8 +3,9 @@
  * free or keep the buffer. Readers may die at any step (their mappings go with their process; the
  * producer's reap during its wait clears their bits), stall for longer than the wait (modelled
  * by the wait ending at any moment), and run kernels on the buffer that end at any time. Spin's
- * sequential consistency stands for the two sequentially consistent fences of the C++ (after the
- * reader's bit, after the producer's closed lease): each side stores, fences, then loads.
+ * sequential consistency stands for the C++'s two acq_rel RMWs on the `mapped` word (the reader's
+ * fetch_or of its bit, M1, before its load of the lease; the producer's fetch_or(0), M3, after its
+ * closed lease): ordered in the word's modification order, one sees the other, as here.
  *
  * Checked (asserts):
  *   never_freed_while_mapped  the producer never frees the buffer while a live reader maps it,
@@ -78,7 +79,7 @@ proctype reader(byte r) {
   maybe_die(r);
   mapped[r] = 1;
 #else
-  mapped[r] = 1;       /* (M1), then the fence */
+  mapped[r] = 1;       /* (M1) */
   maybe_die(r);
   if                   /* (M2) */
   :: closed == 1 -> mapped[r] = 0; goto done
@@ -115,7 +116,7 @@ active proctype gpu() {
 
 active proctype producer() {
   bit quiet = 0;
-  closed = 1;          /* the closed lease, then the fence */
+  closed = 1;          /* the closed lease; its reads of the bits below are (M3) */
 #ifdef BROKEN_NO_WAIT
   quiet = 1;
 #else

@@ -234,10 +234,7 @@ CudaProducerPool::~CudaProducerPool() {
     watchdog_->join();
   }
   // Readers saw the epoch close (the core marks it before destroying the pool); wait, bounded, for
-  // what may still use each slot's buffer and event. The fence pairs with the one a reader runs
-  // between setting its `mapped` bit and looking at our lease (CudaReaderPool::open_slot): a
-  // reader that saw us active has its bit visible to slot_quiet.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // what may still use each slot's buffer and event.
   const auto deadline = std::chrono::steady_clock::now() + kTeardownWait;
   DeviceGuard guard(*api_, device_);  // the event queries below, on whatever thread closes us
   std::vector<bool> quiet(slots_, false);
@@ -286,10 +283,13 @@ CudaProducerPool::~CudaProducerPool() {
 bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
   // No reader holds the slot's frame.
   if (SlotWord::mask(view_.slot(slot).state.load(std::memory_order_acquire)) != 0) return false;
-  const CudaSlot& cs = view_.cuda_slot(slot);
+  CudaSlot& cs = view_.cuda_slot(slot);
   // No reader process maps the buffer any more (freeing memory another process maps is undefined
-  // by cudaIpcOpenMemHandle's documentation); acquire pairs with the release of drop_import.
-  if (cs.mapped.load(std::memory_order_acquire) != 0) return false;
+  // by cudaIpcOpenMemHandle's documentation). (M3) an acq_rel RMW, not a load: it reads the last
+  // value in `mapped`'s modification order, and against a reader's (M1) in CudaReaderPool::
+  // open_slot one of the two sees the other (there); acquire also pairs with the release of
+  // drop_import (the mapping was closed first).
+  if (cs.mapped.fetch_or(0, std::memory_order_acq_rel) != 0) return false;
   // Every fence recorded for it, and every wait we queued on it, reached its target.
   const std::uint32_t bits = cs.release_recorded.load(std::memory_order_acquire);
   const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);

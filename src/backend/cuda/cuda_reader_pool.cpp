@@ -321,16 +321,16 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
           slot);
       return nullptr;
     }
-    // Our `mapped` bit before the import (M1), then the producer's state (M2): with the fence
-    // between them and the closing producer's between its closed lease and its loads of `mapped`
-    // (~CudaProducerPool), either it sees our bit and keeps the buffer, or we see it closed and
-    // map nothing. The frame must be of its epoch too (a reader that has not yet noticed a
-    // takeover may claim a frame of the previous producer).
+    // Our `mapped` bit before the import (M1, an acq_rel RMW), then the producer's state (M2).
+    // The closing producer reads `mapped` with an acq_rel RMW too (M3, slot_quiet), after its
+    // closed lease: the two RMWs are ordered in `mapped`'s modification order. M3 first: M1
+    // reads from it, so the closed lease happens-before M2, which sees it and maps nothing. M1
+    // first: M3 reads our bit and the producer keeps the buffer. The frame must be of its epoch
+    // too (a reader that has not yet noticed a takeover may claim a frame of the previous one).
     CudaSlot& cs = view_.cuda_slot(slot);
     const bool ours =
         reader_ < readers_ &&
-        (cs.mapped.fetch_or(1U << reader_, std::memory_order_relaxed) & (1U << reader_)) == 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+        (cs.mapped.fetch_or(1U << reader_, std::memory_order_acq_rel) & (1U << reader_)) == 0;
     const auto unset = [&] {
       if (ours) cs.mapped.fetch_and(~(1U << reader_), std::memory_order_relaxed);
     };
