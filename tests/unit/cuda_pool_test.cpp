@@ -31,19 +31,9 @@ using test::FakeDevice;
 using test::FakeGpuWorld;
 using test::FakeOp;
 using test::ScopedChannel;
+using test::UseApi;
 
 namespace {
-
-// The public API's factories use `api` while this lives.
-class UseApi {
- public:
-  explicit UseApi(std::shared_ptr<FakeCuda> api) {
-    detail::set_cuda_api_for_testing(std::move(api));
-  }
-  ~UseApi() { detail::set_cuda_api_for_testing(nullptr); }
-  UseApi(const UseApi&) = delete;
-  UseApi& operator=(const UseApi&) = delete;
-};
 
 ChannelConfig cuda_config(std::uint32_t slots = 4, std::uint32_t readers = 2) {
   ChannelConfig c;

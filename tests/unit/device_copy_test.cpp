@@ -17,18 +17,9 @@ using test::FakeCuda;
 using test::FakeGpuWorld;
 using test::FakeOp;
 using test::ScopedChannel;
+using test::UseApi;
 
 namespace {
-
-class UseApi {
- public:
-  explicit UseApi(std::shared_ptr<FakeCuda> api) {
-    detail::set_cuda_api_for_testing(std::move(api));
-  }
-  ~UseApi() { detail::set_cuda_api_for_testing(nullptr); }
-  UseApi(const UseApi&) = delete;
-  UseApi& operator=(const UseApi&) = delete;
-};
 
 ChannelConfig cuda_config() {
   ChannelConfig c;

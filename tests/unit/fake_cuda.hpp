@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_api.hpp"
+#include "backend/cuda/cuda_pool.hpp"
 
 namespace ipcring::test {
 
@@ -387,6 +388,17 @@ class FakeCuda final : public detail::CudaApi {
   void vmm_drop();  // at death: handles released, mappings gone (with the world mutex held)
   std::map<void*, std::unique_ptr<unsigned char[]>> pinned_;  // host_alloc: base -> storage
   std::map<void*, std::size_t> pinned_bytes_;
+};
+
+// The public API's factories use `api` while this lives.
+class UseApi {
+ public:
+  explicit UseApi(std::shared_ptr<FakeCuda> api) {
+    detail::set_cuda_api_for_testing(std::move(api));
+  }
+  ~UseApi() { detail::set_cuda_api_for_testing(nullptr); }
+  UseApi(const UseApi&) = delete;
+  UseApi& operator=(const UseApi&) = delete;
 };
 
 }  // namespace ipcring::test
