@@ -5,7 +5,7 @@
 //
 //   node check_page.mjs URL TOPIC WIDTH HEIGHT WORK_DIR [CHROMIUM]
 import { spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
 import WebSocket from "ws";
@@ -76,13 +76,28 @@ const box = JSON.parse(rect);
 if (Math.round(box.width) !== width || Math.round(box.height) !== height) {
   fail(`the canvas of ${topic} is ${box.width}x${box.height}, want ${width}x${height}`);
 }
-const shot = await send("Page.captureScreenshot", {
-  format: "png",
-  clip: { x: box.x, y: box.y, width, height, scale: 1 },
-}, sessionId);
-const png = Buffer.from(shot.data, "base64");
-writeFileSync(path.join(work, "page.png"), png);
+// A screenshot of one colour is a canvas not composited yet (Chromium may capture before the
+// latest putImageData reached the screen): look again, up to 10 times. Anything else must be one
+// frame's pattern, exactly: a torn or wrong picture fails at once.
+let png, w, h, rgb;
+for (let attempt = 0; ; attempt++) {
+  const shot = await send("Page.captureScreenshot", {
+    format: "png",
+    clip: { x: box.x, y: box.y, width, height, scale: 1 },
+  }, sessionId);
+  png = Buffer.from(shot.data, "base64");
+  writeFileSync(path.join(work, "page.png"), png);
+  ({ w, h, rgb } = decodePng(png));
+  if (!rgb.every((v) => v === rgb[0])) break;
+  if (attempt === 9) fail(`10 screenshots of ${topic}'s canvas are one colour (${rgb[0]}): nothing drawn`);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+}
 browser.kill("SIGKILL");
+try {
+  rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
+} catch {
+  // Chromium's helpers may still be writing to it as they exit: serve_test.sh clears the rest.
+}
 
 // ---- PNG (8-bit RGB or RGBA) to RGB bytes -----------------------------------------------------
 function decodePng(buf) {
@@ -128,7 +143,6 @@ function decodePng(buf) {
   }
   return { w, h, rgb };
 }
-const { w, h, rgb } = decodePng(png);
 if (w !== width || h !== height) fail(`screenshot is ${w}x${h}`);
 const sequence = originSequence(rgb);
 const bad = firstPatternMismatch(rgb, sequence);

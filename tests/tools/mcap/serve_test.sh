@@ -21,6 +21,7 @@ source "$here/node_setup.sh"
 chromium=$(command -v chromium || command -v chromium-browser || true)
 [[ -n $chromium ]] || fail "chromium not found (scripts/install-deps.sh installs chromium)"
 
+rm -rf "$work"/chromium-*  # profiles an earlier run's Chromium was still writing as it exited
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
