@@ -57,7 +57,7 @@ int open_descriptors() {
 }
 
 unsigned char pattern(std::uint32_t buffer, std::uint64_t offset) {
-  return static_cast<unsigned char>((buffer * 131 + offset * 7) & 0xff);
+  return static_cast<unsigned char>((std::uint64_t{buffer} * 131 + offset * 7) & 0xff);
 }
 
 // A producer: its buffers filled with pattern(), and a channel server handing them out.

@@ -1092,7 +1092,9 @@ CudaErr FakeCuda::vmm_unmap(void* ptr, std::size_t bytes) noexcept {
     return ret(CudaErr::invalid_value);
   }
   // The range stays reserved: inaccessible address space again.
-  mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void* const again =
+      mmap(ptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  (void)again;  // MAP_FIXED over our own range: nothing to do if it failed
   const std::uint64_t id = r->second.allocation;
   r->second.allocation = 0;
   --world_->vmm_.at(id).mappings;

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errno_text.hpp"
 #include "ringdump/ringdump.hpp"
 
 namespace ringdump {
@@ -85,7 +86,7 @@ struct Finding {
 };
 
 std::string errno_string(int err) {
-  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+  return ipcring::detail::errno_text(err) + " (errno " + std::to_string(err) + ")";
 }
 
 bool under(const std::string& path, const std::string& prefix) {
@@ -160,7 +161,8 @@ Finding check_directory(const std::string& name, const std::string& dir,
 
 // ---- /dev/shm -----------------------------------------------------------------------------------
 
-constexpr std::uint64_t kMinFreeNameBytes = 64 * 1024;  // a lock file and a socket per name
+constexpr std::uint64_t kMinFreeNameBytes =
+    std::uint64_t{64} * 1024;  // a lock file and a socket per name
 constexpr std::uint64_t kDockerDefaultShm = 64ULL * 1024 * 1024;
 
 Finding check_shm(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "common/errno_text.hpp"
 #include "ringdump/ringdump.hpp"
 #include "ringdump/serve_status.hpp"
 
@@ -105,7 +106,7 @@ class Gc {
         ++removed_;
       } else {
         std::fprintf(stderr, "ringdump: cannot remove %s: %s\n", f.path.c_str(),
-                     std::strerror(errno));
+                     ipcring::detail::errno_text(errno).c_str());
         ++kept_;
         rc_ = kExitError;
       }

@@ -1,5 +1,6 @@
 // serve_status.cpp — serve's status files (see serve_status.hpp).
 #include "ringdump/serve_status.hpp"
+#include "common/errno_text.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -28,7 +29,7 @@ constexpr const char* kPrefix = "ringdump-serve.";
 constexpr const char* kSuffix = ".json";
 
 std::string errno_text(int e) {
-  return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
+  return ipcring::detail::errno_text(e) + " (errno " + std::to_string(e) + ")";
 }
 
 // The pid of a status file's name "ringdump-serve.<pid>.json", or 0 when it is not one.
@@ -291,7 +292,7 @@ std::vector<Found> scan(const std::string& directory) {
   DIR* d = ::opendir(directory.c_str());
   if (d == nullptr) return found;
   std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) {
+  while (const dirent* e = ::readdir(d)) {  // NOLINT(concurrency-mt-unsafe): our own stream
     const std::string name = e->d_name;
     if (pid_of_name(name) != 0) names.push_back(name);
   }
