@@ -212,8 +212,8 @@ void CudaProducerPool::export_handles(const std::vector<SlotHandles>& handles) n
     cs.memory_generation.store(0, std::memory_order_relaxed);
     store_handle(cs.memory_handle, handles[i].memory.bytes);
     store_handle(cs.write_done_handle, handles[i].write_done.bytes);
-    // Fences recorded for an earlier producer's buffers mean nothing for ours. The fence words
-    // stay: sequences keep growing across takeovers, so old values never reach a new target.
+    // Our control segment is fresh memory (a new producer never reuses another's), so these are
+    // zero already; stored anyway, as the empty state of the words we read.
     cs.release_recorded.store(0, std::memory_order_relaxed);
   }
 }
