@@ -186,7 +186,7 @@ ChannelDirectory ChannelDirectory::open(std::string_view channel, std::string_vi
       const int err = errno;
       throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system_error,
                   channel_prefix(channel) + "cannot make the channel directory " + d.base_ + ": " +
-                      errno_text(err) + " (errno " + std::to_string(err) + ")");
+                      errno_detail(err));
     }
     fd = ::open(d.base_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   }
@@ -207,7 +207,7 @@ ChannelDirectory ChannelDirectory::open(std::string_view channel, std::string_vi
     }
     throw Error(err == EACCES ? Errc::permission_denied : Errc::system_error,
                 channel_prefix(channel) + "cannot open the channel directory " + d.base_ + ": " +
-                    errno_text(err) + " (errno " + std::to_string(err) + ")");
+                    errno_detail(err));
   }
   d.fd_ = fd;
   struct stat st {};

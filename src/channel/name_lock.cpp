@@ -84,7 +84,7 @@ NameLock NameLock::take(const ChannelDirectory& dir, std::string_view channel, u
       const int err = errno;
       throw Error(err == EACCES || err == EPERM ? Errc::permission_denied : Errc::system_error,
                   channel_prefix(channel) + "cannot open its lock file " + shown + ": " +
-                      errno_text(err) + " (errno " + std::to_string(err) + ")");
+                      errno_detail(err));
     }
     struct stat st {};
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -113,8 +113,8 @@ NameLock NameLock::take(const ChannelDirectory& dir, std::string_view channel, u
                     channel_prefix(channel) + "already has a live producer (" + holder +
                         ", holding " + shown + "); only one producer may publish into a channel");
       }
-      throw Error(Errc::system_error, channel_prefix(channel) + "cannot lock " + shown + ": " +
-                                          errno_text(err) + " (errno " + std::to_string(err) + ")");
+      throw Error(Errc::system_error,
+                  channel_prefix(channel) + "cannot lock " + shown + ": " + errno_detail(err));
     }
     // Locked: still the file the name refers to? (A gc may have removed a stale one meanwhile.)
     struct stat named {};

@@ -13,4 +13,9 @@ inline std::string errno_text(int err) {
   return std::string(text);
 }
 
+// "TEXT (errno N)", the form every message that reports a failed system call uses.
+inline std::string errno_detail(int err) {
+  return errno_text(err) + " (errno " + std::to_string(err) + ")";
+}
+
 }  // namespace ipcring::detail

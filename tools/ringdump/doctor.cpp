@@ -85,10 +85,6 @@ struct Finding {
   Json values = Json::object();
 };
 
-std::string errno_string(int err) {
-  return ipcring::detail::errno_text(err) + " (errno " + std::to_string(err) + ")";
-}
-
 bool under(const std::string& path, const std::string& prefix) {
   return path == prefix ||
          (path.size() > prefix.size() && path.compare(0, prefix.size(), prefix) == 0 &&
@@ -173,7 +169,7 @@ Finding check_shm(const std::string& dir) {
   if (statvfs("/dev/shm", &vfs) != 0) {
     const int err = errno;
     f.level = holds_names ? Level::problem : Level::note;
-    f.summary = "/dev/shm: " + errno_string(err);
+    f.summary = "/dev/shm: " + ipcring::detail::errno_detail(err);
     if (holds_names) {
       f.fix =
           "mount a tmpfs on /dev/shm (mount -t tmpfs -o mode=1777 tmpfs /dev/shm), or set "
@@ -333,7 +329,7 @@ Peer producer_credentials(const std::string& socket_path) {
   const std::string leaf = slash == std::string::npos ? socket_path : socket_path.substr(slash + 1);
   const int dir_fd = open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
-    p.problem = parent + ": " + errno_string(errno);
+    p.problem = parent + ": " + ipcring::detail::errno_detail(errno);
     return p;
   }
   const std::string address = "/proc/self/fd/" + std::to_string(dir_fd) + "/" + leaf;
@@ -347,12 +343,12 @@ Peer producer_credentials(const std::string& socket_path) {
   std::memcpy(sa.sun_path, address.c_str(), address.size());
   const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    p.problem = std::string("socket: ") + errno_string(errno);
+    p.problem = std::string("socket: ") + ipcring::detail::errno_detail(errno);
     close(dir_fd);
     return p;
   }
   if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    p.problem = "connect to " + socket_path + ": " + errno_string(errno);
+    p.problem = "connect to " + socket_path + ": " + ipcring::detail::errno_detail(errno);
   } else {
     ucred cred{};
     socklen_t len = sizeof cred;
@@ -362,7 +358,7 @@ Peer producer_credentials(const std::string& socket_path) {
       p.uid = cred.uid;
       p.gid = cred.gid;
     } else {
-      p.problem = std::string("SO_PEERCRED: ") + errno_string(errno);
+      p.problem = std::string("SO_PEERCRED: ") + ipcring::detail::errno_detail(errno);
     }
   }
   close(fd);  // the producer's message, and its descriptors, go unread
@@ -374,11 +370,12 @@ Peer producer_credentials(const std::string& socket_path) {
 std::pair<std::string, std::string> compare_namespace(const std::string& kind, pid_t pid) {
   struct stat self {};
   if (stat(("/proc/self/ns/" + kind).c_str(), &self) != 0) {
-    return {"unknown", "/proc/self/ns/" + kind + ": " + errno_string(errno)};
+    return {"unknown", "/proc/self/ns/" + kind + ": " + ipcring::detail::errno_detail(errno)};
   }
   struct stat other {};
   const std::string path = "/proc/" + std::to_string(pid) + "/ns/" + kind;
-  if (stat(path.c_str(), &other) != 0) return {"unknown", path + ": " + errno_string(errno)};
+  if (stat(path.c_str(), &other) != 0)
+    return {"unknown", path + ": " + ipcring::detail::errno_detail(errno)};
   const bool same = self.st_dev == other.st_dev && self.st_ino == other.st_ino;
   return {same ? "same" : "different", ""};
 }
@@ -637,7 +634,7 @@ Finding check_memlock(const std::optional<Snapshot>& snapshot) {
   rlimit rl{};
   if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
     f.level = Level::unknown;
-    f.summary = std::string("getrlimit: ") + errno_string(errno);
+    f.summary = std::string("getrlimit: ") + ipcring::detail::errno_detail(errno);
     return f;
   }
   const bool unlimited = rl.rlim_cur == RLIM_INFINITY;

@@ -28,10 +28,6 @@ using Json = nlohmann::ordered_json;
 constexpr const char* kPrefix = "ringdump-serve.";
 constexpr const char* kSuffix = ".json";
 
-std::string errno_text(int e) {
-  return ipcring::detail::errno_text(e) + " (errno " + std::to_string(e) + ")";
-}
-
 // The pid of a status file's name "ringdump-serve.<pid>.json", or 0 when it is not one.
 std::uint32_t pid_of_name(const std::string& name) {
   const std::size_t prefix = std::strlen(kPrefix);
@@ -84,7 +80,7 @@ std::optional<std::string> read_bounded(const std::string& path, std::string& pr
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     open_errno = errno;
-    problem = "cannot open: " + errno_text(open_errno);
+    problem = "cannot open: " + ipcring::detail::errno_detail(open_errno);
     return std::nullopt;
   }
   struct stat st {};
@@ -105,7 +101,7 @@ std::optional<std::string> read_bounded(const std::string& path, std::string& pr
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      problem = "cannot read: " + errno_text(errno);
+      problem = "cannot read: " + ipcring::detail::errno_detail(errno);
       ::close(fd);
       return std::nullopt;
     }
@@ -183,7 +179,8 @@ void write(const Status& s, const std::string& directory) {
   const std::string tmp = directory + "/." + kPrefix + std::to_string(s.pid) + kSuffix + ".tmp";
   ::unlink(tmp.c_str());  // a previous write of this pid that did not get to its rename
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) throw std::runtime_error("cannot create " + tmp + ": " + errno_text(errno));
+  if (fd < 0)
+    throw std::runtime_error("cannot create " + tmp + ": " + ipcring::detail::errno_detail(errno));
   std::size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -192,7 +189,7 @@ void write(const Status& s, const std::string& directory) {
       const int e = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      throw std::runtime_error("cannot write " + tmp + ": " + errno_text(e));
+      throw std::runtime_error("cannot write " + tmp + ": " + ipcring::detail::errno_detail(e));
     }
     done += static_cast<std::size_t>(n);
   }
@@ -200,7 +197,8 @@ void write(const Status& s, const std::string& directory) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = errno;
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + errno_text(e));
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " +
+                             ipcring::detail::errno_detail(e));
   }
 }
 
