@@ -70,17 +70,23 @@ for (let i = 0; i < 300 && drawn < 5; i++) {
   await new Promise((resolve) => setTimeout(resolve, 100));
 }
 if (drawn < 5) fail(`the page drew ${drawn} frames of ${topic} in 30 s`);
-const rect = await evaluate(
-  `JSON.stringify(document.querySelector('${canvasSelector}').getBoundingClientRect())`);
-const box = JSON.parse(rect);
-if (Math.round(box.width) !== width || Math.round(box.height) !== height) {
-  fail(`the canvas of ${topic} is ${box.width}x${box.height}, want ${width}x${height}`);
+// Where the canvas is now: the page lays out again as channels are advertised, so this is asked
+// before every screenshot.
+async function canvasBox() {
+  const rect = await evaluate(
+    `JSON.stringify(document.querySelector('${canvasSelector}').getBoundingClientRect())`);
+  const box = JSON.parse(rect);
+  if (Math.round(box.width) !== width || Math.round(box.height) !== height) {
+    fail(`the canvas of ${topic} is ${box.width}x${box.height}, want ${width}x${height}`);
+  }
+  return box;
 }
 // A screenshot of one colour is a canvas not composited yet (Chromium may capture before the
-// latest putImageData reached the screen): look again, up to 10 times. Anything else must be one
+// latest putImageData reached the screen) or one that moved: look again, up to 10 times. Anything else must be one
 // frame's pattern, exactly: a torn or wrong picture fails at once.
 let png, w, h, rgb;
 for (let attempt = 0; ; attempt++) {
+  const box = await canvasBox();
   const shot = await send("Page.captureScreenshot", {
     format: "png",
     clip: { x: box.x, y: box.y, width, height, scale: 1 },
