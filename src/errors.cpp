@@ -81,6 +81,22 @@ const char* to_string(Backend backend) noexcept {
       return "host";
     case Backend::cuda:
       return "cuda";
+    case Backend::cuda_legacy:
+      return "cuda_legacy";
+    case Backend::cuda_vmm:
+      return "cuda_vmm";
+  }
+  return "unknown";
+}
+
+const char* to_string(CudaPath path) noexcept {
+  switch (path) {
+    case CudaPath::none:
+      return "none";
+    case CudaPath::legacy_ipc:
+      return "legacy_ipc";
+    case CudaPath::vmm:
+      return "vmm";
   }
   return "unknown";
 }

@@ -112,6 +112,9 @@ void snapshot_header(const SegmentView& view, std::string_view name, std::uint32
   s.name = std::string(name);
   s.layout_version = kLayoutVersion;  // validated equal to the segment's
   s.backend = g.backend == kBackendCuda ? Backend::cuda : Backend::host;
+  s.cuda_path = g.backend != kBackendCuda  ? CudaPath::none
+                : g.cuda_path == kCudaPathVmm ? CudaPath::vmm
+                                              : CudaPath::legacy_ipc;
   s.slot_count = g.slots;
   s.max_readers = g.max_readers;
   s.max_held = g.max_held;

@@ -9,8 +9,28 @@
 
 namespace ipcring {
 
-enum class Backend : std::uint32_t { host = 1, cuda = 2 };
-const char* to_string(Backend backend) noexcept;  // "host", "cuda"
+// Where a channel's frames live. A CUDA channel's buffers reach its readers one of two ways
+// (CudaPath, docs/cuda.md "Two ways to share a buffer"): `cuda` lets the producer choose from its
+// device's attributes (CUDA VMM where the device exports VMM memory as file descriptors, which
+// works between containers and on integrated GPUs; legacy CUDA IPC otherwise); `cuda_legacy` and
+// `cuda_vmm` pin one, and a device that cannot do the pinned one is refused at create with the
+// reason (never a silent fallback). Channels report Backend::cuda for all three; the path taken is
+// Snapshot::cuda_path and Reader::cuda_path().
+enum class Backend : std::uint32_t { host = 1, cuda = 2, cuda_legacy = 3, cuda_vmm = 4 };
+const char* to_string(Backend backend) noexcept;  // "host", "cuda", "cuda_legacy", "cuda_vmm"
+constexpr bool is_cuda(Backend backend) noexcept {
+  return backend == Backend::cuda || backend == Backend::cuda_legacy ||
+         backend == Backend::cuda_vmm;
+}
+
+// How a CUDA channel's frame buffers reach its readers.
+enum class CudaPath : std::uint32_t {
+  none = 0,        // a host channel
+  legacy_ipc = 1,  // cudaIpcGetMemHandle handles in the control segment, IPC write-done events
+  vmm = 2,         // CUDA VMM allocations sent as file descriptors over the channel's socket,
+                   // write-done as a stream-written word in the control segment
+};
+const char* to_string(CudaPath path) noexcept;  // "none", "legacy_ipc", "vmm"
 
 struct ChannelConfig {
   // The defaults satisfy the sizing rule below (8 >= 4 * 1 + 2).

@@ -88,6 +88,7 @@ struct Snapshot {
   std::string name;
   std::uint32_t layout_version = 0;
   Backend backend = Backend::host;
+  CudaPath cuda_path = CudaPath::none;  // CUDA channels: how the buffers reach the readers
   std::uint32_t slot_count = 0;
   std::uint32_t max_readers = 0;
   std::uint32_t max_held = 0;
@@ -199,6 +200,7 @@ void for_each_field(const Snapshot& s, Visitor& v) {
   v("name", s.name);
   v("layout_version", s.layout_version);
   v("backend", to_string(s.backend));
+  v("cuda_path", to_string(s.cuda_path));
   v("slot_count", s.slot_count);
   v("max_readers", s.max_readers);
   v("max_held", s.max_held);

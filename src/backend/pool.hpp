@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ipcring/config.hpp"
 #include "ipcring/frame.hpp"
@@ -40,6 +41,10 @@ class ProducerPool {
     (void)stream;
     return Status::ok;
   }
+  // CUDA VMM: one descriptor per frame buffer, in slot order, for the channel's socket to hand to
+  // every reader it lets in (the pool keeps them open for its life; the server sends its own
+  // duplicates); empty for every other pool.
+  virtual std::vector<int> device_descriptors() const { return {}; }
 };
 
 // Reader side: maps buffers of one channel lazily.
@@ -85,6 +90,12 @@ struct PoolRequest {
   // runs in the reaper's hook, e.g. reader_fences_reaped). A pool may call it from its own thread
   // while it waits for readers (the CUDA pool's watchdog); empty: never called.
   std::function<void()> reap;
+  // Producer: what the configuration asked for (Backend::cuda chooses the CUDA path; see
+  // cuda_capability.hpp choose_path).
+  Backend backend = Backend::host;
+  // Reader of a CUDA VMM channel: the frame buffers' descriptors from the handout, in slot order
+  // (not owned: the pool duplicates what it keeps).
+  std::vector<int> device_fds;
 };
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);

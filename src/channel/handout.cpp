@@ -113,6 +113,23 @@ ChannelServer::ChannelServer(std::string channel, ChannelDirectory dir, NameLock
       memory_(memory),
       period_(defend_period),
       fork_gen_(fork_generation()) {
+  // The buffers' descriptors become ours (duplicates): the pool that exported them may close its
+  // own before we stop sending (the producer's close frees its pool first).
+  for (int& fd : memory_.device_fds) {
+    const int ours = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (ours < 0) {
+      const int err = errno;
+      for (int& done : memory_.device_fds) {
+        if (&done == &fd) break;
+        close(done);
+      }
+      if (memory_.frames_fd >= 0) close(memory_.frames_fd);
+      throw Error(Errc::system_error, channel_prefix(channel_) +
+                                          "duplicating a frame buffer descriptor: " +
+                                          errno_detail(err));
+    }
+    fd = ours;
+  }
   try {
     stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stop_fd_ < 0) {
@@ -129,6 +146,7 @@ ChannelServer::ChannelServer(std::string channel, ChannelDirectory dir, NameLock
     }
     if (stop_fd_ >= 0) close(stop_fd_);
     if (memory_.frames_fd >= 0) close(memory_.frames_fd);
+    for (const int fd : memory_.device_fds) close(fd);
     throw;
   }
 }
@@ -154,6 +172,7 @@ ChannelServer::~ChannelServer() {
   }
   close(stop_fd_);
   if (memory_.frames_fd >= 0) close(memory_.frames_fd);
+  for (const int fd : memory_.device_fds) close(fd);
 }
 
 bool ChannelServer::socket_named() const noexcept {
@@ -534,16 +553,24 @@ OpenedSegment open_channel(std::string_view channel, std::string_view dir,
     return open_through_proc(channel, d, e);
   }
   Handout& h = *handout;
-  if (!h.device_fds.empty()) {
-    // No backend of this version maps frame buffers received as descriptors (CUDA VMM): a
-    // producer that sends them is not one this reader can read (they are closed with `h`).
+  OpenedSegment opened = open_received(channel, h.control_fd, h.frames_fd, h.message.control_bytes,
+                                       h.message.frames_bytes);
+  const Geometry& g = opened.mapping->view.geo;
+  const bool vmm = g.backend == kBackendCuda && g.cuda_path == kCudaPathVmm;
+  const std::size_t want = vmm ? g.slots : 0;
+  if (h.device_fds.size() != want) {
+    // Checked against the validated header: a VMM channel's producer sends one descriptor per
+    // buffer, every other producer none (what came is closed with `h`).
     throw Error(Errc::corrupt_segment,
                 channel_prefix(channel) + "its producer sent " +
                     std::to_string(h.device_fds.size()) +
-                    " frame buffer descriptor(s) (CUDA VMM), which no backend of this build maps");
+                    " frame buffer descriptor(s), but the channel (" +
+                    (vmm ? "CUDA VMM, " + std::to_string(g.slots) + " slots" : "no CUDA VMM") +
+                    ") needs " + std::to_string(want));
   }
-  OpenedSegment opened = open_received(channel, h.control_fd, h.frames_fd, h.message.control_bytes,
-                                       h.message.frames_bytes);
+  if (vmm && !inspecting) {
+    opened.device_fds = std::make_shared<DescriptorSet>(std::exchange(h.device_fds, {}));
+  }
   opened.owner_uid = static_cast<std::uint32_t>(h.producer.uid);
   struct stat st {};
   if (fstatat(d.fd(), d.socket_file().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {

@@ -84,9 +84,10 @@ class ChannelServer {
     std::uint64_t control_bytes = 0;
     std::uint64_t frames_bytes = 0;
     std::uint64_t instance_id = 0;
-    // Not owned: the frame buffers exported as descriptors (CUDA VMM, backend/cuda/cuda_vmm.hpp),
-    // one per buffer, at most kMaxDeviceDescriptors; sent after the control segment's, to the
-    // peers the policy allows and to nobody else.
+    // The frame buffers exported as descriptors (CUDA VMM, backend/cuda/cuda_vmm.hpp), one per
+    // buffer, at most kMaxDeviceDescriptors; sent after the control segment's, to the peers the
+    // policy allows and to nobody else. The server duplicates them (its own, closed when it
+    // stops): the caller keeps its descriptors.
     std::vector<int> device_fds;
   };
   // Binds the socket (replacing a stale one: the caller holds the name's lock) and starts the

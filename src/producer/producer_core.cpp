@@ -57,7 +57,7 @@ void check_config(std::string_view name, const ChannelConfig& c) {
     bad("frame_bytes = " + std::to_string(c.frame_bytes) + "; must be 1.." +
         std::to_string(kMaxFrameBytes));
   }
-  if (c.backend != Backend::host && c.backend != Backend::cuda) {
+  if (c.backend != Backend::host && !is_cuda(c.backend)) {
     bad("backend = " + std::to_string(static_cast<unsigned>(c.backend)) + " is unknown");
   }
   if ((c.mode & ~0777U) != 0 || (c.mode & 0600) != 0600 || (c.mode & 0002) != 0) {
@@ -104,7 +104,7 @@ static std::function<void()> reaper_for(const SegmentView& view) {
 }
 
 static std::unique_ptr<ProducerPool> make_producer_pool(const PoolRequest& req, Backend backend) {
-  return backend == Backend::cuda ? make_cuda_producer_pool(req) : make_host_producer_pool(req);
+  return is_cuda(backend) ? make_cuda_producer_pool(req) : make_host_producer_pool(req);
 }
 
 ProducerCore::ProducerCore(std::string_view name, const ChannelConfig& config)
@@ -143,9 +143,20 @@ std::unique_ptr<ProducerCore> ProducerCore::create(std::string_view name,
     core->mapping_ = mapping;
     core->view_ = view;
     core->writer_.epoch = epoch;
-    PoolRequest req{std::string(name), view, config.mode, config.cuda_device, true, false, {}};
+    PoolRequest req;
+    req.name = std::string(name);
+    req.view = view;
+    req.mode = config.mode;
+    req.cuda_device = config.cuda_device;
+    req.create = true;
     req.reap = reaper_for(view);
+    req.backend = config.backend;
     core->pool_ = make_producer_pool(req, config.backend);
+    // The CUDA pool chose its path and wrote it into the header: our mapping's geometry says it
+    // too (a Reader of this process is handed this mapping, and reads the path from it).
+    mapping->view.geo.cuda_path = view.header().cuda_path;
+    mapping->view.geo.cuda_buffer_bytes = view.header().cuda_buffer_bytes;
+    core->view_ = mapping->view;
     // The producer's read-write mapping of the frames exists now: seal them against every other.
     const int frames_ro = seal_frame_pool(name, *mapping);
     p.instance_id.store(core->instance_id_, std::memory_order_relaxed);
@@ -165,6 +176,7 @@ std::unique_ptr<ProducerCore> ProducerCore::create(std::string_view name,
     memory.control_bytes = geo.segment_bytes;
     memory.frames_bytes = geo.frames_segment_bytes;
     memory.instance_id = core->instance_id_;
+    memory.device_fds = core->pool_->device_descriptors();  // CUDA VMM: the buffers' descriptors
     core->server_ =
         std::make_unique<ChannelServer>(std::string(name), std::move(dir), std::move(lock),
                                         config.mode, policy, memory, config.reap_period);

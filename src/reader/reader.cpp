@@ -76,6 +76,12 @@ Backend Reader::backend() const noexcept {
   return core_->geometry().backend == detail::kBackendCuda ? Backend::cuda : Backend::host;
 }
 
+CudaPath Reader::cuda_path() const noexcept {
+  const detail::Geometry& g = core_->geometry();
+  if (g.backend != detail::kBackendCuda) return CudaPath::none;
+  return g.cuda_path == detail::kCudaPathVmm ? CudaPath::vmm : CudaPath::legacy_ipc;
+}
+
 // ---- Frame ---------------------------------------------------------------------------------
 
 namespace {

@@ -171,7 +171,12 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
     core->cursor_.index = Reader::kObserverIndex;
   }
   {
-    PoolRequest req{std::string(name), view, opened.mode, 0, false, options.copy_on_write, {}};
+    PoolRequest req;
+    req.name = std::string(name);
+    req.view = view;
+    req.mode = opened.mode;
+    req.copy_on_write = options.copy_on_write;
+    req.device_fds = opened.device_fds ? opened.device_fds->fds : std::vector<int>{};
     core->pool_ =
         view.geo.backend == kBackendCuda ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
   }

@@ -93,6 +93,12 @@ inline constexpr std::uint32_t kTensorDims = 8;
 // ipcring::Backend's (include/ipcring/config.hpp; producer.cpp asserts that they agree) and part of
 // the ABI: never renumber. Unscoped, so that the header's plain uint32_t compares with them.
 enum BackendCode : std::uint32_t { kBackendHost = 1, kBackendCuda = 2 };
+// SegmentHeader::cuda_path: the values of ipcring::CudaPath.
+enum CudaPathCode : std::uint32_t { kCudaPathUnset = 0, kCudaPathLegacy = 1, kCudaPathVmm = 2 };
+// CudaSlot::filled once no fill will ever come (its producer died): >= every sequence under
+// cuStreamWaitValue64's wrapping comparison ((int64_t)(word - value) >= 0; sequences stay below
+// 2^48).
+inline constexpr std::uint64_t kFilledAbandoned = std::uint64_t{1} << 62;
 inline constexpr std::size_t kDelayBuckets = 64;  // half-octave buckets of publish->claim ns
 inline constexpr std::size_t kMutexBytes = 64;    // storage reserved for a pthread_mutex_t
 inline constexpr std::size_t kLibcIdBytes = 32;
@@ -221,6 +227,13 @@ struct alignas(kLine) SegmentHeader {
   std::uint64_t object_bytes;     // size of the whole object
   std::uint64_t frame_header_offset;
   std::uint64_t frame_header_stride;  // sizeof(FrameHeader) + metadata_bytes, rounded up to 128
+  // CUDA channels: how the buffers reach readers (CudaPathCode; 0 in segments of producers that
+  // predate the field: legacy IPC) and, for VMM, the size of each buffer's allocation (frame_bytes
+  // rounded up to the device's VMM granularity; 0 otherwise). Written by the producer's CUDA pool
+  // before H1, like cuda_uuid.
+  std::uint32_t cuda_path;
+  std::uint32_t reserved_h0;
+  std::uint64_t cuda_buffer_bytes;
 };
 
 // Producer block: its lease, the epoch and the hot publication counters.
@@ -378,6 +391,13 @@ struct alignas(kLine) CudaSlot {
   // Per reader entry, the recorder epoch of its last fence in this slot (cuda_fence.hpp): counts
   // the entry's incarnations that recorded here, and picks the word of the pair they write.
   std::atomic<std::uint16_t> fence_epoch[kMaxReaders];
+  // VMM channels (header cuda_path == vmm): the write-done word. The producer's stream writes the
+  // sequence of the slot's frame into it after the work that filled the buffer
+  // (cuStreamWriteValue64, at publish); a reader's stream waits until it is >= its frame's
+  // sequence (cuStreamWaitValue64, Frame::wait_on). Readers store kFilledAbandoned from the CPU
+  // when the producer died with a fill still queued, so no stream waits forever. Unused (zero)
+  // on legacy channels, whose write-done signal is the IPC event.
+  std::atomic<std::uint64_t> filled;
   alignas(kLine)
       // Line 3: per reader entry, the lease generation of the reader that queued the fence write
       // counted in release_recorded (low 32 bits): who the last recorder is, for the reaper.
@@ -404,6 +424,8 @@ static_assert(offsetof(SegmentHeader, frames_offset) == 416);
 static_assert(offsetof(SegmentHeader, object_bytes) == 424);
 static_assert(offsetof(SegmentHeader, frame_header_offset) == 432);
 static_assert(offsetof(SegmentHeader, frame_header_stride) == 440);
+static_assert(offsetof(SegmentHeader, cuda_path) == 448);
+static_assert(offsetof(SegmentHeader, cuda_buffer_bytes) == 456);
 static_assert(sizeof(ProducerBlock) == 512);
 static_assert(offsetof(ProducerBlock, lease_word) == 64);
 static_assert(offsetof(ProducerBlock, head) == kLine);
@@ -427,6 +449,7 @@ static_assert(sizeof(CudaSlot) == 896);
 static_assert(offsetof(CudaSlot, memory_generation) == kLine);
 static_assert(offsetof(CudaSlot, mapped) == kLine + 12);
 static_assert(offsetof(CudaSlot, fence_epoch) == kLine + 16);
+static_assert(offsetof(CudaSlot, filled) == kLine + 80);
 static_assert(offsetof(CudaSlot, fence_generation) == 2 * kLine);
 static_assert(offsetof(CudaSlot, release_fence) == 3 * kLine);
 
@@ -452,6 +475,10 @@ struct Geometry {
   std::uint64_t segment_bytes = 0;  // control segment, frame headers included
   std::uint64_t frames_offset = 0;
   std::uint64_t object_bytes = 0;  // control segment + frame pool
+  // CUDA channels, from the header after validation (0 elsewhere): the path (CudaPathCode; an
+  // unset one reads as legacy) and the VMM allocation size of each buffer.
+  std::uint32_t cuda_path = 0;
+  std::uint64_t cuda_buffer_bytes = 0;
 };
 
 constexpr std::uint64_t round_up(std::uint64_t v, std::uint64_t to) noexcept {

@@ -323,7 +323,42 @@ void check_derived_fields(const SegmentHeader& h, const Geometry& g, const std::
   expect("object_bytes", h.object_bytes, g.object_bytes);
 }
 
+// The CUDA path fields: none on host channels; on CUDA channels a known path, and for VMM a buffer
+// size that holds a frame, is a whole number of pages and is not absurdly larger (the importer
+// checks the device's granularity).
+void check_cuda_path(const SegmentHeader& h, Geometry& g, const std::string& ch) {
+  auto corrupt = [&](const std::string& what) { throw_corrupt(ch, what); };
+  if (h.backend != kBackendCuda) {
+    if (h.cuda_path != kCudaPathUnset || h.cuda_buffer_bytes != 0) {
+      corrupt("a host channel with cuda_path = " + std::to_string(h.cuda_path) +
+              ", cuda_buffer_bytes = " + std::to_string(h.cuda_buffer_bytes));
+    }
+    return;
+  }
+  const std::uint32_t path = h.cuda_path == kCudaPathUnset ? kCudaPathLegacy : h.cuda_path;
+  if (path != kCudaPathLegacy && path != kCudaPathVmm) {
+    corrupt("cuda_path = " + std::to_string(h.cuda_path) + " (must be 1 or 2)");
+  }
+  if (path == kCudaPathLegacy && h.cuda_buffer_bytes != 0) {
+    corrupt("a legacy-IPC channel with cuda_buffer_bytes = " +
+            std::to_string(h.cuda_buffer_bytes));
+  }
+  if (path == kCudaPathVmm &&
+      (h.cuda_buffer_bytes < h.frame_bytes || h.cuda_buffer_bytes % 4096 != 0 ||
+       h.cuda_buffer_bytes - h.frame_bytes >= (std::uint64_t{1} << 30))) {
+    corrupt("cuda_buffer_bytes = " + std::to_string(h.cuda_buffer_bytes) + " for frame_bytes " +
+            std::to_string(h.frame_bytes) +
+            " (must hold a frame, be a multiple of 4096 and exceed it by less than 1 GiB)");
+  }
+  g.cuda_path = path;
+  g.cuda_buffer_bytes = path == kCudaPathVmm ? h.cuda_buffer_bytes : 0;
+}
+
 }  // namespace
+
+DescriptorSet::~DescriptorSet() {
+  for (const int fd : fds) close(fd);
+}
 
 Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
                          std::string_view channel, bool whole_object) {
@@ -344,7 +379,9 @@ Geometry validate_header(const SegmentHeader& h, std::uint64_t segment_bytes,
   if (std::string_view(h.name) != channel) {
     corrupt("it names itself '" + std::string(h.name, strnlen(h.name, 64)) + "'");
   }
-  return g;
+  Geometry out = g;
+  check_cuda_path(h, out, ch);
+  return out;
 }
 
 namespace {

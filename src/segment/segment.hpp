@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -59,8 +60,21 @@ class Mapping {
   ino_t ino_;
 };
 
+// Descriptors a reader received and owns until it is done with them (closed on destruction).
+struct DescriptorSet {
+  std::vector<int> fds;
+  DescriptorSet() = default;
+  explicit DescriptorSet(std::vector<int> v) noexcept : fds(std::move(v)) {}
+  ~DescriptorSet();
+  DescriptorSet(const DescriptorSet&) = delete;
+  DescriptorSet& operator=(const DescriptorSet&) = delete;
+};
+
 struct OpenedSegment {
   std::shared_ptr<Mapping> mapping;
+  // CUDA VMM channels: the frame buffers' descriptors, one per slot in slot order (checked
+  // against the header's geometry); null for every other channel and for inspection.
+  std::shared_ptr<DescriptorSet> device_fds;
   std::uint32_t owner_uid = 0;  // the producer's uid (its credentials on the socket)
   std::uint32_t mode = 0;       // the channel's mode (its socket's permission bits)
 };

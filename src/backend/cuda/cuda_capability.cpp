@@ -50,13 +50,10 @@ void require(CudaApi& api, CudaAttr attr, int device, bool want_nonzero,
   }
 }
 
-}  // namespace
-
-std::vector<std::string> ipc_support_refusals(CudaApi& api, int device) {
-  std::vector<std::string> refusals;
-  // A channel needs a context on the device in the producer and in every reader: a device no
-  // process may use, or only one, cannot carry one (the runtime would fail later with
-  // cudaErrorDevicesUnavailable, naming neither the mode nor the fix).
+// A channel needs a context on the device in the producer and in every reader: a device no
+// process may use, or only one, cannot carry one (the runtime would fail later with
+// cudaErrorDevicesUnavailable, naming neither the mode nor the fix).
+void require_shared_mode(CudaApi& api, int device, std::vector<std::string>& refusals) {
   int mode = 0;
   if (api.device_attribute(CudaAttr::compute_mode, device, mode) != CudaErr::success) {
     (void)api.get_last_error();
@@ -70,14 +67,11 @@ std::vector<std::string> ipc_support_refusals(CudaApi& api, int device) {
                        "; set the default mode (nvidia-smi -c DEFAULT) or use another GPU" +
                        kUseHost);
   }
-  require(api, CudaAttr::integrated, device, false, refusals,
-          std::string("is an integrated GPU (Jetson/Orin/DRIVE class), where legacy CUDA IPC "
-                      "(cudaIpcGetMemHandle) is not supported") +
-              kUseHost + " (a CUDA VMM backend for these devices is planned)");
-  require(api, CudaAttr::unified_addressing, device, true, refusals,
-          std::string("lacks unified addressing, which CUDA IPC requires") + kUseHost);
-  require(api, CudaAttr::ipc_event_support, device, true, refusals,
-          std::string("does not support IPC events") + kUseHost);
+}
+
+// Host registration and 64-bit stream memory operations: the release fences (both paths) and
+// the VMM write-done word are words of the host-registered control segment.
+void require_fence_support(CudaApi& api, int device, std::vector<std::string>& refusals) {
   require(api, CudaAttr::host_register_supported, device, true, refusals,
           std::string("does not support cudaHostRegister, which the release fences need "
                       "(cudaDevAttrHostRegisterSupported = 0)") +
@@ -87,8 +81,90 @@ std::vector<std::string> ipc_support_refusals(CudaApi& api, int device) {
                       "(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 0), which the release "
                       "fences need") +
               kUseHost);
+}
+
+}  // namespace
+
+std::vector<std::string> ipc_support_refusals(CudaApi& api, int device) {
+  std::vector<std::string> refusals;
+  require_shared_mode(api, device, refusals);
+  require(api, CudaAttr::integrated, device, false, refusals,
+          std::string("is an integrated GPU (Jetson/Orin/DRIVE class), where legacy CUDA IPC "
+                      "(cudaIpcGetMemHandle) is not supported") +
+              " (Backend::cuda_vmm, or Backend::cuda, which chooses it, shares memory there)");
+  require(api, CudaAttr::unified_addressing, device, true, refusals,
+          std::string("lacks unified addressing, which CUDA IPC requires") + kUseHost);
+  require(api, CudaAttr::ipc_event_support, device, true, refusals,
+          std::string("does not support IPC events") + kUseHost);
+  require_fence_support(api, device, refusals);
   (void)api.get_last_error();
   return refusals;
+}
+
+std::vector<std::string> vmm_support_refusals(CudaApi& api, int device) {
+  std::vector<std::string> refusals;
+  require_shared_mode(api, device, refusals);
+  require(api, CudaAttr::vmm_posix_fd, device, true, refusals,
+          std::string("cannot export CUDA VMM allocations as file descriptors "
+                      "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 0; a "
+                      "driver before CUDA 10.2, or a platform without them)"));
+  require_fence_support(api, device, refusals);
+  (void)api.get_last_error();
+  return refusals;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : "; ") + s;
+  return out;
+}
+
+}  // namespace
+
+PathChoice choose_path(CudaApi& api, int device, Backend requested) {
+  PathChoice c;
+  c.legacy_refusals = ipc_support_refusals(api, device);
+  c.vmm_refusals = vmm_support_refusals(api, device);
+  const std::string dev = "CUDA device " + std::to_string(device);
+  switch (requested) {
+    case Backend::cuda_vmm:
+      if (c.vmm_refusals.empty()) {
+        c.path = CudaPath::vmm;
+        c.reason = "Backend::cuda_vmm asked for CUDA VMM, and " + dev + " supports it";
+      } else {
+        c.reason = "Backend::cuda_vmm asked for CUDA VMM, which cannot be used: " +
+                   join(c.vmm_refusals);
+      }
+      break;
+    case Backend::cuda_legacy:
+      if (c.legacy_refusals.empty()) {
+        c.path = CudaPath::legacy_ipc;
+        c.reason = "Backend::cuda_legacy asked for legacy CUDA IPC, and " + dev + " supports it";
+      } else {
+        c.reason = "Backend::cuda_legacy asked for legacy CUDA IPC, which cannot be used: " +
+                   join(c.legacy_refusals);
+      }
+      break;
+    default:
+      if (c.vmm_refusals.empty()) {
+        c.path = CudaPath::vmm;
+        c.reason = dev +
+                   " exports CUDA VMM allocations as file descriptors, which reach readers in "
+                   "any PID namespace or container that shares the channel directory";
+      } else if (c.legacy_refusals.empty()) {
+        c.path = CudaPath::legacy_ipc;
+        c.reason = "legacy CUDA IPC (readers must share the producer's PID namespace), because "
+                   "CUDA VMM cannot be used: " +
+                   join(c.vmm_refusals);
+      } else {
+        c.reason = "neither way of sharing GPU memory works: legacy CUDA IPC: " +
+                   join(c.legacy_refusals) + "; CUDA VMM: " + join(c.vmm_refusals);
+      }
+      break;
+  }
+  return c;
 }
 
 void probe_ipc_support(CudaApi& api, int device, const std::string& ch) {
