@@ -112,7 +112,11 @@ class TestSegment {
 
   // create: a producer's request, with the owner's reaper (as the core passes it).
   detail::PoolRequest request(bool create, int device = 0) const {
-    detail::PoolRequest r{"t-cuda-mem", view, 0600, device, create, false, {}};
+    detail::PoolRequest r;
+    r.name = "t-cuda-mem";
+    r.view = view;
+    r.cuda_device = device;
+    r.create = create;
     if (create) r.reap = [v = view] { (void)detail::reap_dead_readers(v); };
     return r;
   }
