@@ -67,7 +67,7 @@ class Reader {
   std::string_view name() const noexcept;
   std::size_t frame_bytes() const noexcept;
   std::uint32_t max_held() const noexcept;
-  Backend backend() const noexcept;  // where the channel's frames live (host or cuda)
+  Backend backend() const noexcept;     // where the channel's frames live (host or cuda)
   CudaPath cuda_path() const noexcept;  // CUDA channels: legacy_ipc or vmm; none for host
   // Why following the channel to a new object failed (empty when it did not): the reader then
   // got Status::evicted once and stays on the ended channel, looking again every producer_probe.

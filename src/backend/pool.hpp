@@ -34,11 +34,14 @@ class ProducerPool {
     (void)stream;
     return Status::ok;
   }
-  // Called after the payload is written and before the slot is published. CUDA: record the
-  // slot's write-done event on `stream`.
-  virtual Status before_publish(std::uint32_t slot, CudaStream stream) noexcept {
+  // Called after the payload is written and before the slot is published as frame `sequence`.
+  // CUDA: record the slot's write-done signal on `stream` (legacy IPC: the IPC event; VMM: the
+  // stream's write of `sequence` into the slot's `filled` word).
+  virtual Status before_publish(std::uint32_t slot, CudaStream stream,
+                                std::uint64_t sequence) noexcept {
     (void)slot;
     (void)stream;
+    (void)sequence;
     return Status::ok;
   }
   // CUDA VMM: one descriptor per frame buffer, in slot order, for the channel's socket to hand to
@@ -96,6 +99,14 @@ struct PoolRequest {
   // Reader of a CUDA VMM channel: the frame buffers' descriptors from the handout, in slot order
   // (not owned: the pool duplicates what it keeps).
   std::vector<int> device_fds;
+  // Reader: true when the channel's producer is dead (its lease's owner died) while the lease
+  // word still says active; the CUDA VMM pool asks it while its streams wait on a fill
+  // (cuda_reader_pool.cpp). Empty: never asked.
+  std::function<bool()> producer_died;
+  // Reader: the producer's pid as the kernel gave it on the channel's socket, translated into
+  // this process's PID namespace; 0 when it lives in a namespace we cannot see (legacy CUDA IPC
+  // then cannot work). -1: unknown (not received over the socket).
+  int producer_pid = -1;
 };
 std::unique_ptr<ProducerPool> make_host_producer_pool(const PoolRequest& request);
 std::unique_ptr<ReaderPool> make_host_reader_pool(const PoolRequest& request);

@@ -124,9 +124,9 @@ ChannelServer::ChannelServer(std::string channel, ChannelDirectory dir, NameLock
         close(done);
       }
       if (memory_.frames_fd >= 0) close(memory_.frames_fd);
-      throw Error(Errc::system_error, channel_prefix(channel_) +
-                                          "duplicating a frame buffer descriptor: " +
-                                          errno_detail(err));
+      throw Error(
+          Errc::system_error,
+          channel_prefix(channel_) + "duplicating a frame buffer descriptor: " + errno_detail(err));
     }
     fd = ours;
   }
@@ -572,6 +572,7 @@ OpenedSegment open_channel(std::string_view channel, std::string_view dir,
     opened.device_fds = std::make_shared<DescriptorSet>(std::exchange(h.device_fds, {}));
   }
   opened.owner_uid = static_cast<std::uint32_t>(h.producer.uid);
+  opened.producer_pid = static_cast<int>(h.producer.pid);
   struct stat st {};
   if (fstatat(d.fd(), d.socket_file().c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     opened.mode = st.st_mode & 07777;

@@ -328,9 +328,9 @@ std::unique_ptr<ProducerCore> create_producer_core(std::string_view name,
   check_config(name, config);
   self_test_robust_mutexes();
   const auto page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const Geometry geo =
-      compute_geometry(config.slots, config.max_readers, config.max_held, config.frame_bytes,
-                       static_cast<std::uint32_t>(config.backend), page, config.metadata_bytes);
+  const Geometry geo = compute_geometry(
+      config.slots, config.max_readers, config.max_held, config.frame_bytes,
+      is_cuda(config.backend) ? kBackendCuda : kBackendHost, page, config.metadata_bytes);
   return ProducerCore::create(name, config, geo);
 }
 

@@ -95,8 +95,9 @@ Status prepare_slot(const SegmentView& view, ProducerPool& pool, WriterState& st
 Status publish_frame(const SegmentView& view, ProducerPool& pool, WriterState& state,
                      std::uint32_t i, std::uint64_t bytes, CudaStream stream,
                      std::uint64_t& sequence) noexcept {
-  if (const Status st = pool.before_publish(i, stream); st != Status::ok) return st;
-  const std::uint64_t seq = state.next_sequence++;
+  const std::uint64_t seq = state.next_sequence;
+  if (const Status st = pool.before_publish(i, stream, seq); st != Status::ok) return st;
+  ++state.next_sequence;
   Slot& slot = view.slot(i);
   // Descriptor: relaxed stores, made visible by the release store (P2) that follows.
   slot.sequence.store(seq, std::memory_order_relaxed);

@@ -340,8 +340,7 @@ void check_cuda_path(const SegmentHeader& h, Geometry& g, const std::string& ch)
     corrupt("cuda_path = " + std::to_string(h.cuda_path) + " (must be 1 or 2)");
   }
   if (path == kCudaPathLegacy && h.cuda_buffer_bytes != 0) {
-    corrupt("a legacy-IPC channel with cuda_buffer_bytes = " +
-            std::to_string(h.cuda_buffer_bytes));
+    corrupt("a legacy-IPC channel with cuda_buffer_bytes = " + std::to_string(h.cuda_buffer_bytes));
   }
   if (path == kCudaPathVmm &&
       (h.cuda_buffer_bytes < h.frame_bytes || h.cuda_buffer_bytes % 4096 != 0 ||

@@ -20,9 +20,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ipcring/config.hpp"
 #include "ipcring/error.hpp"
@@ -75,6 +75,9 @@ struct OpenedSegment {
   // CUDA VMM channels: the frame buffers' descriptors, one per slot in slot order (checked
   // against the header's geometry); null for every other channel and for inspection.
   std::shared_ptr<DescriptorSet> device_fds;
+  // The producer's pid on the channel's socket (SO_PEERCRED, in our PID namespace; 0: a namespace
+  // we cannot see); -1 when the memory was not received over the socket.
+  int producer_pid = -1;
   std::uint32_t owner_uid = 0;  // the producer's uid (its credentials on the socket)
   std::uint32_t mode = 0;       // the channel's mode (its socket's permission bits)
 };

@@ -41,7 +41,7 @@ ChannelConfig cuda_config(std::uint32_t slots = 4, std::uint32_t readers = 2) {
   c.max_readers = readers;
   c.max_held = 1;
   c.frame_bytes = 1000;
-  c.backend = Backend::cuda;
+  c.backend = Backend::cuda_legacy;  // these cases test the legacy IPC path
   return c;
 }
 
@@ -117,6 +117,7 @@ class TestSegment {
     r.view = view;
     r.cuda_device = device;
     r.create = create;
+    r.backend = Backend::cuda_legacy;  // these cases test the legacy IPC path
     if (create) r.reap = [v = view] { (void)detail::reap_dead_readers(v); };
     return r;
   }
@@ -661,7 +662,7 @@ TEST_SUITE("cuda") {
     seg.producer(1, 0x1111);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);  // publishes the handles
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
 
     // Reader 1 (its own process) reads slot 0, queues a kernel on it and releases with a fence.
     auto rdr = world->process();
@@ -747,7 +748,7 @@ TEST_SUITE("cuda") {
     seg.producer(1, 0x77);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(2, nullptr) == Status::ok);
-    REQUIRE(pool->before_publish(2, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(2, nullptr, 1) == Status::ok);
     seg.view.slot(2).sequence.store(9);
     auto rdr = world->process();
     seg.reader_alive(0, 1);
@@ -887,7 +888,7 @@ TEST_SUITE("cuda") {
     seg.producer(1, 0x5151);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
     seg.view.slot(0).sequence.store(1);
 
     // The dead incarnation (generation 3) of entry 1 released frame 1 with its kernel queued.
@@ -905,7 +906,7 @@ TEST_SUITE("cuda") {
     // Meanwhile the producer reaps it itself and reuses the slot.
     CHECK(detail::reap_dead_readers(seg.view) == 1);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
     seg.view.slot(0).sequence.store(2);
     // A successor (generation 5) takes the entry, reads frame 2 and releases it with a kernel
     // still running.
@@ -943,7 +944,7 @@ TEST_SUITE("cuda") {
     seg.producer(1, 0x6161);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
     seg.view.slot(0).sequence.store(1);
 
     auto dead = world->process();
@@ -959,7 +960,7 @@ TEST_SUITE("cuda") {
     seg.reader_dies(1);
     CHECK(detail::reap_dead_readers(seg.view) == 1);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);  // the reaper completed its fence
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
     seg.view.slot(0).sequence.store(2);
 
     // The successor takes the entry, reads frame 2 of the same slot and releases it; its kernel
@@ -1019,7 +1020,7 @@ TEST_SUITE("cuda") {
       reader->attached(0);
       if (record_at.count(gen) != 0) {
         REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
-        REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+        REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
         seg.view.slot(0).sequence.store(++seq);
         REQUIRE(reader->buffer(0, 1, 0x7070) != nullptr);
         const std::uint64_t kernel = rdr->launch(rs);
@@ -1050,7 +1051,7 @@ TEST_SUITE("cuda") {
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
     CudaStream ps = prod->make_stream();
     const std::uint64_t fill = prod->launch(ps);  // the producer's fill, still queued
-    REQUIRE(pool->before_publish(0, ps) == Status::ok);
+    REQUIRE(pool->before_publish(0, ps, 1) == Status::ok);
     seg.view.slot(0).sequence.store(1);
     auto rdr = world->process();
     seg.reader_alive(0, 1);
@@ -1106,7 +1107,7 @@ TEST_SUITE("cuda") {
     std::thread([&] {
       CHECK(prod->current_device() == -1);
       REQUIRE(pool->prepare_write(0, ps) == Status::ok);
-      REQUIRE(pool->before_publish(0, ps) == Status::ok);
+      REQUIRE(pool->before_publish(0, ps, 1) == Status::ok);
       seg.view.slot(0).sequence.store(1);
       REQUIRE(reader->buffer(0, 1, 0x4141) != nullptr);
       CHECK(reader->wait_on(0, rs) == Status::ok);
@@ -1164,7 +1165,7 @@ TEST_SUITE("cuda") {
     void* buf[3];
     for (std::uint32_t i = 0; i < 3; ++i) {
       REQUIRE(pool->prepare_write(i, nullptr) == Status::ok);
-      REQUIRE(pool->before_publish(i, nullptr) == Status::ok);
+      REQUIRE(pool->before_publish(i, nullptr, 1) == Status::ok);
       seg.view.slot(i).sequence.store(i + 1);
       buf[i] = pool->buffer(i);
     }
@@ -1285,7 +1286,7 @@ TEST_SUITE("cuda") {
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     for (std::uint32_t i = 0; i < 2; ++i) {
       REQUIRE(pool->prepare_write(i, nullptr) == Status::ok);
-      REQUIRE(pool->before_publish(i, nullptr) == Status::ok);
+      REQUIRE(pool->before_publish(i, nullptr, 1) == Status::ok);
       seg.view.slot(i).sequence.store(i + 1);
     }
     auto rdr = world->process();
@@ -1315,7 +1316,7 @@ TEST_SUITE("cuda") {
     seg.producer(1, 0x4444);
     auto pool = detail::make_cuda_producer_pool(seg.request(true), prod);
     REQUIRE(pool->prepare_write(0, nullptr) == Status::ok);
-    REQUIRE(pool->before_publish(0, nullptr) == Status::ok);
+    REQUIRE(pool->before_publish(0, nullptr, 1) == Status::ok);
     seg.view.slot(0).sequence.store(1);
     auto rdr = world->process();
     seg.reader_alive(0, 1);

@@ -308,15 +308,14 @@ TEST_CASE("cuda_vmm: a reader the policy refuses receives no descriptor") {
   CHECK(in_child(other_uid, body, false) == 0);
 }
 
-TEST_CASE("cuda_vmm: a reader of this build refuses frame buffer descriptors, keeping none") {
-  VmmChannel ch;
+TEST_CASE("cuda_vmm: descriptors that come with a control segment that is not one are all closed") {
+  VmmChannel ch;  // a memfd of 4096 zero bytes stands in for the control segment
   const int before = open_descriptors();
   try {
     (void)detail::open_channel(ch.name, ch.dir_path, {}, 2000ms);
-    FAIL("a handout with frame buffer descriptors was opened");
+    FAIL("a handout with a zeroed control segment was opened");
   } catch (const Error& e) {
     CHECK(e.code() == Errc::corrupt_segment);
-    CHECK(std::string(e.what()).find("3 frame buffer descriptor(s)") != std::string::npos);
     CHECK(std::string(e.what()).find(ch.name) != std::string::npos);
   }
   CHECK(open_descriptors() == before);

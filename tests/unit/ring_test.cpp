@@ -33,7 +33,9 @@ class TestProducerPool final : public ProducerPool {
  public:
   std::byte* buffer(std::uint32_t slot) noexcept override { return bytes + slot; }
   Status prepare_write(std::uint32_t, CudaStream) noexcept override { return prepare; }
-  Status before_publish(std::uint32_t, CudaStream) noexcept override { return publish; }
+  Status before_publish(std::uint32_t, CudaStream, std::uint64_t) noexcept override {
+    return publish;
+  }
   Status prepare = Status::ok;
   Status publish = Status::ok;
   std::byte bytes[64] = {};

@@ -91,7 +91,8 @@ std::vector<std::string> ipc_support_refusals(CudaApi& api, int device) {
   require(api, CudaAttr::integrated, device, false, refusals,
           std::string("is an integrated GPU (Jetson/Orin/DRIVE class), where legacy CUDA IPC "
                       "(cudaIpcGetMemHandle) is not supported") +
-              " (Backend::cuda_vmm, or Backend::cuda, which chooses it, shares memory there)");
+              "; Backend::cuda_vmm (or Backend::cuda, which chooses it there) shares memory on "
+              "it, or use Backend::host for this channel");
   require(api, CudaAttr::unified_addressing, device, true, refusals,
           std::string("lacks unified addressing, which CUDA IPC requires") + kUseHost);
   require(api, CudaAttr::ipc_event_support, device, true, refusals,
@@ -134,8 +135,8 @@ PathChoice choose_path(CudaApi& api, int device, Backend requested) {
         c.path = CudaPath::vmm;
         c.reason = "Backend::cuda_vmm asked for CUDA VMM, and " + dev + " supports it";
       } else {
-        c.reason = "Backend::cuda_vmm asked for CUDA VMM, which cannot be used: " +
-                   join(c.vmm_refusals);
+        c.reason =
+            "Backend::cuda_vmm asked for CUDA VMM, which cannot be used: " + join(c.vmm_refusals);
       }
       break;
     case Backend::cuda_legacy:
@@ -155,12 +156,14 @@ PathChoice choose_path(CudaApi& api, int device, Backend requested) {
                    "any PID namespace or container that shares the channel directory";
       } else if (c.legacy_refusals.empty()) {
         c.path = CudaPath::legacy_ipc;
-        c.reason = "legacy CUDA IPC (readers must share the producer's PID namespace), because "
-                   "CUDA VMM cannot be used: " +
-                   join(c.vmm_refusals);
+        c.reason =
+            "legacy CUDA IPC (readers must share the producer's PID namespace), because "
+            "CUDA VMM cannot be used: " +
+            join(c.vmm_refusals);
       } else {
-        c.reason = "neither way of sharing GPU memory works: legacy CUDA IPC: " +
-                   join(c.legacy_refusals) + "; CUDA VMM: " + join(c.vmm_refusals);
+        c.reason =
+            "neither way of sharing GPU memory works: legacy CUDA IPC: " + join(c.legacy_refusals) +
+            "; CUDA VMM: " + join(c.vmm_refusals);
       }
       break;
   }

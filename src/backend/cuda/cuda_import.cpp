@@ -1,14 +1,28 @@
 // cuda_import.cpp — see cuda_import.hpp.
 #include "backend/cuda/cuda_import.hpp"
 
+#include <algorithm>
+
 #include "common/clock.hpp"
 #include "common/process.hpp"
 
 namespace ipcring::detail::cuda {
 
 ProducerResources::~ProducerResources() {
-  if (fork_gen != fork_generation()) return;  // inherited through fork: not ours to free
+  if (fork_gen != fork_generation()) {
+    // Inherited through fork: not ours to free.
+    if (vmm) new std::shared_ptr<VmmExporter>(std::move(vmm));  // NOLINT: the parent's
+    return;
+  }
   DeviceGuard guard(*api, device);
+  if (vmm) {
+    const bool all = releasable.size() == buffers.size() &&
+                     std::all_of(releasable.begin(), releasable.end(), [](bool r) { return r; });
+    if (!all) new std::shared_ptr<VmmExporter>(std::move(vmm));  // NOLINT: work may still use it
+    vmm.reset();  // unmaps and releases every allocation (the driver keeps what readers map)
+    (void)api->get_last_error();
+    return;
+  }
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     if (i >= releasable.size() || !releasable[i]) continue;  // work may still use it: keep
     if (write_done[i] != nullptr) (void)api->destroy_event(write_done[i]);
@@ -23,8 +37,17 @@ std::map<ProducerKey, std::weak_ptr<ProducerResources>>& local_producers() {
 }
 
 Import::~Import() {
-  if (fork_gen != fork_generation() || local) return;  // local: the producer owns everything
+  if (fork_gen != fork_generation()) {
+    if (vmm) new std::shared_ptr<VmmImporter>(std::move(vmm));  // NOLINT: the parent's mappings
+    return;
+  }
+  if (local) return;  // the producer owns everything
   DeviceGuard guard(*api, device);
+  if (vmm) {
+    vmm.reset();  // unmaps the allocations when we were the last to hold them
+    (void)api->get_last_error();
+    return;
+  }
   if (write_done != nullptr && !exporter_gone.load(std::memory_order_relaxed)) {
     (void)api->destroy_event(write_done);
   }

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_api.hpp"
 #include "backend/cuda/cuda_common.hpp"
 #include "backend/cuda/cuda_handles.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 
 namespace ipcring::detail::cuda {
 
@@ -30,6 +31,9 @@ struct ProducerResources {
   std::vector<CudaEvent> write_done;
   std::vector<bool> releasable;  // set by the producer pool's close; default: keep
   std::shared_ptr<SegmentRegistration> registration;
+  // VMM channels: the allocations behind `buffers` (write_done is empty). Released as a whole,
+  // when every slot is releasable; otherwise kept for the life of the process.
+  std::shared_ptr<VmmExporter> vmm;
 
   ProducerResources() = default;
   ~ProducerResources();
@@ -50,6 +54,9 @@ struct Import {
   std::uint64_t fork_gen = 0;
   std::byte* ptr = nullptr;
   CudaEvent write_done = nullptr;
+  // VMM channels: the reader's imported allocations `ptr` lies in (nothing else to close; they
+  // are unmapped with the last Import and the reader pool that hold them).
+  std::shared_ptr<VmmImporter> vmm;
   // Set (under registry_mutex) by a Reader that lets go of this import after its producer stopped
   // being current: the exporter may have destroyed the event, after which destroying our copy is
   // undefined too; ~Import then leaves the copy (a small leak until the process exits).

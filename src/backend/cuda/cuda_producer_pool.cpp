@@ -32,6 +32,16 @@
 // the others stay allocated for the life of the process, and so does the segment registration when
 // a queued wait may still read it.
 //
+// The VMM path (header cuda_path == vmm; docs/cuda.md "Two ways to share a buffer"). The buffers
+// are VMM allocations (cuda_vmm.hpp) exported once as descriptors, which the channel's socket
+// hands to every reader it lets in; nothing goes into the slots' handle fields, and there is no
+// IPC event: the write-done signal is the stream's write of the frame's sequence into the slot's
+// `filled` word (before_publish), which readers' streams wait on. Release fences are the same as
+// on the legacy path. Close differs in one point: a VMM allocation outlives our release while a
+// reader maps it (the driver frees it with the last mapping), so close does not wait for the
+// `mapped` bits (VMM readers set none); it waits for holders, fences, our queued waits and our own
+// last fill (`filled` reached the slot's sequence).
+//
 // Hot path. prepare_write when no fence is running, before_publish: no lock, no allocation; CUDA
 // calls only (and none at all for a fence found complete: it is a load of a word).
 #include <algorithm>
@@ -49,6 +59,7 @@
 #include "backend/cuda/cuda_handles.hpp"
 #include "backend/cuda/cuda_import.hpp"
 #include "backend/cuda/cuda_pool.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 #include "common/clock.hpp"
 #include "common/process.hpp"
 #include "ipcring/error.hpp"
@@ -70,7 +81,9 @@ class CudaProducerPool final : public ProducerPool {
     return static_cast<std::byte*>(res_->buffers[slot]);
   }
   Status prepare_write(std::uint32_t slot, CudaStream stream) noexcept override;
-  Status before_publish(std::uint32_t slot, CudaStream stream) noexcept override;
+  Status before_publish(std::uint32_t slot, CudaStream stream,
+                        std::uint64_t sequence) noexcept override;
+  std::vector<int> device_descriptors() const override { return device_fds_; }
 
  private:
   std::size_t index(std::uint32_t slot, std::uint32_t reader) const noexcept {
@@ -81,7 +94,9 @@ class CudaProducerPool final : public ProducerPool {
                                     std::uint64_t target) const noexcept {
     return fence_word(view_.cuda_slot(slot), reader, target >> FenceWord::kSequenceBits);
   }
-  void check_device(bool create, const std::string& ch);
+  void check_device(bool create, Backend requested, const std::string& ch);
+  void allocate_vmm(const std::string& ch);
+  bool own_fill_done(std::uint32_t slot) const noexcept;
   std::vector<SlotHandles> allocate_slots(const std::string& ch);
   void export_handles(const std::vector<SlotHandles>& handles) noexcept;
   void publish_handles() noexcept;
@@ -101,6 +116,9 @@ class CudaProducerPool final : public ProducerPool {
   std::shared_ptr<ProducerResources> res_;
   bool handles_published_ = false;
   std::uint64_t instance_ = 0;  // ours, as published in memory_generation
+  CudaPath path_ = CudaPath::legacy_ipc;
+  std::vector<int>
+      device_fds_;  // VMM: one exported descriptor per buffer (ours; closed at the end)
   ErrorLog log_;
 
   // GPU waits we queued on readers' fence words: pending_[slot * readers + reader] is the target
@@ -126,7 +144,7 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
       reap_(req.reap),
       log_(req.name) {
   const std::string ch = channel_prefix(name_);
-  check_device(req.create, ch);
+  check_device(req.create, is_cuda(req.backend) ? req.backend : Backend::cuda, ch);
   res_ = std::make_shared<ProducerResources>();
   res_->api = api_;
   res_->device = device_;
@@ -137,17 +155,35 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
   // have used it yet).
   res_->releasable.assign(slots_, true);
   res_->registration = SegmentRegistration::acquire(api_, view_, device_, name_);
-  const std::vector<SlotHandles> handles = allocate_slots(ch);
+  std::vector<SlotHandles> handles;
+  if (path_ == CudaPath::vmm) {
+    allocate_vmm(ch);
+  } else {
+    handles = allocate_slots(ch);
+  }
   pending_.reset(new std::atomic<std::uint64_t>[std::size_t{slots_} * readers_]());
   const auto period = std::chrono::nanoseconds(view_.header().reap_period_ns);
   tick_ = std::clamp<std::chrono::nanoseconds>(period / 4, std::chrono::milliseconds(1),
                                                std::chrono::milliseconds(20));
-  export_handles(handles);
+  if (path_ == CudaPath::legacy_ipc) export_handles(handles);
   res_->releasable.assign(slots_, false);  // from now on, close decides
 }
 
-// The device exists here, supports IPC, and (a takeover) is the GPU the channel's frames live on.
-void CudaProducerPool::check_device(bool create, const std::string& ch) {
+// The VMM buffers, their size in the header (before H1, like the UUID) and one exported
+// descriptor per buffer for the channel's socket.
+void CudaProducerPool::allocate_vmm(const std::string& ch) {
+  DeviceGuard guard(*api_, device_);
+  if (!guard.ok())
+    throw_call(*api_, ch, "cudaSetDevice(" + std::to_string(device_) + ")", guard.error());
+  res_->vmm = std::make_shared<VmmExporter>(api_, device_, slots_, view_.geo.frame_bytes, ch);
+  for (std::uint32_t i = 0; i < slots_; ++i) res_->buffers[i] = res_->vmm->buffers()[i].ptr;
+  view_.header().cuda_buffer_bytes = res_->vmm->buffer_bytes();
+  device_fds_ = res_->vmm->export_descriptors();
+}
+
+// The device exists here, supports the path asked for (or, Backend::cuda, one of the two:
+// choose_path), and (a takeover) is the GPU the channel's frames live on.
+void CudaProducerPool::check_device(bool create, Backend requested, const std::string& ch) {
   CudaApi& api_ref = *api_;
   const int count = probe_device_count(api_ref, ch);
   if (device_ < 0 || device_ >= count) {
@@ -156,15 +192,25 @@ void CudaProducerPool::check_device(bool create, const std::string& ch) {
                     std::to_string(count) + " CUDA device(s) (ordinals 0.." +
                     std::to_string(count - 1) + "; see CUDA_VISIBLE_DEVICES)");
   }
-  probe_ipc_support(api_ref, device_, ch);
+  const PathChoice choice = choose_path(api_ref, device_, requested);
+  if (choice.path == CudaPath::none) throw Error(Errc::unsupported, ch + choice.reason);
+  path_ = choice.path;
+  if (path_ == CudaPath::vmm && slots_ > kMaxVmmBuffers) {
+    throw Error(Errc::invalid_config,
+                ch + "slots = " + std::to_string(slots_) + ", but a CUDA VMM channel has at most " +
+                    std::to_string(kMaxVmmBuffers) +
+                    " (one descriptor per buffer on the channel's socket); use fewer slots, or "
+                    "Backend::cuda_legacy where readers share the producer's PID namespace");
+  }
   CudaUuid uuid{};
   if (const CudaErr e = api_ref.device_uuid(device_, uuid); e != CudaErr::success) {
     throw_call(api_ref, ch, "reading the UUID of CUDA device " + std::to_string(device_), e);
   }
   SegmentHeader& header = view_.header();
   if (create) {
-    // Plain header field: written before the creator's release store of magic (H1).
+    // Plain header fields: written before the creator's release store of magic (H1).
     std::memcpy(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes);
+    header.cuda_path = path_ == CudaPath::vmm ? kCudaPathVmm : kCudaPathLegacy;
   } else if (std::memcmp(header.cuda_uuid, uuid.bytes, sizeof uuid.bytes) != 0) {
     throw Error(Errc::config_mismatch,
                 ch + "its frames live on " + device_text(api_ref, header.cuda_uuid) +
@@ -272,12 +318,23 @@ CudaProducerPool::~CudaProducerPool() {
     if (!waits_done) res_->registration->leak();  // a queued wait of ours still reads a word
     if (handles_published_) local_producers().erase({api_.get(), instance_});
   }
+  for (const int fd : device_fds_) close(fd);  // the server closed its own duplicates
   if (kept != 0) {
     log_.note(
         "closing: readers or queued GPU work still used some buffers after the teardown wait; "
         "they stay allocated until this process exits (first such slot shown as 0)",
         0);
   }
+}
+
+// Our last fill of `slot` completed: legacy, the write-done event's last record; VMM, the
+// `filled` word reached the slot's last sequence (our stream wrote it after the fill).
+bool CudaProducerPool::own_fill_done(std::uint32_t slot) const noexcept {
+  if (path_ == CudaPath::legacy_ipc) return event_done(*api_, res_->write_done[slot]);
+  const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
+  // Acquire, pairs with the release of the stream's write (after the fill).
+  const std::uint64_t filled = view_.cuda_slot(slot).filled.load(std::memory_order_acquire);
+  return static_cast<std::int64_t>(filled - seq) >= 0;
 }
 
 bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
@@ -289,7 +346,11 @@ bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
   // value in `mapped`'s modification order, and against a reader's (M1) in CudaReaderPool::
   // open_slot one of the two sees the other (there); acquire also pairs with the release of
   // drop_import (the mapping was closed first).
-  if (cs.mapped.fetch_or(0, std::memory_order_acq_rel) != 0) return false;
+  // VMM readers set no bit: an allocation they map outlives our release (the driver frees it
+  // with the last mapping).
+  if (path_ == CudaPath::legacy_ipc && cs.mapped.fetch_or(0, std::memory_order_acq_rel) != 0) {
+    return false;
+  }
   // Every fence recorded for it, and every wait we queued on it, reached its target.
   const std::uint32_t bits = cs.release_recorded.load(std::memory_order_acquire);
   const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
@@ -301,7 +362,7 @@ bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
   }
   // Our own last write (the producer's queued kernels) finished: readers may still be told to
   // wait on it, and freeing memory a queued kernel writes is undefined.
-  return event_done(*api_, res_->write_done[slot]);
+  return own_fill_done(slot);
 }
 
 void CudaProducerPool::publish_handles() noexcept {
@@ -402,19 +463,31 @@ Status CudaProducerPool::prepare_write(std::uint32_t slot, CudaStream stream) no
   return Status::ok;
 }
 
-Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream) noexcept {
+Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream,
+                                        std::uint64_t sequence) noexcept {
   if (!handles_published_) publish_handles();
+  const bool vmm = path_ == CudaPath::vmm;
+  void* filled = vmm ? res_->registration->device_address(&view_.cuda_slot(slot).filled) : nullptr;
+  // VMM: after the fill queued on `stream`, the stream writes the frame's sequence (with a fence
+  // before the write: the fill's writes are visible first); readers' streams wait for it.
+  const auto signal = [&](CudaStream s) {
+    return vmm ? api_->stream_write_value64(s, filled, sequence)
+               : api_->record_event(res_->write_done[slot], s);
+  };
   CudaErr e;
   if (stream != nullptr) {
     StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
-    e = guard.ok() ? api_->record_event(res_->write_done[slot], stream) : guard.error();
+    e = guard.ok() ? signal(stream) : guard.error();
   } else {
     DeviceGuard guard(*api_, device_);  // the legacy stream of our device's primary context
-    e = guard.ok() ? api_->record_event(res_->write_done[slot], nullptr) : guard.error();
+    e = guard.ok() ? signal(nullptr) : guard.error();
   }
   if (e != CudaErr::success) {
     (void)api_->get_last_error();
-    log_.report(*api_, "cudaEventRecord of the write-done event", slot, e);
+    log_.report(*api_,
+                vmm ? "cuStreamWriteValue64 of the write-done word"
+                    : "cudaEventRecord of the write-done event",
+                slot, e);
     return Status::backend_error;
   }
   return Status::ok;

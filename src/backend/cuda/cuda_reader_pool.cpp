@@ -26,13 +26,30 @@
 // its mapping open for the life of the process (never unmapped under a running kernel), and the
 // segment registration stays too (the queued fence write still targets it).
 //
+// The VMM path (header cuda_path == vmm). The attach imports every buffer from the descriptors the
+// producer's socket handed us (VmmImporter: duplicates of them, read-only access for our device),
+// or, with the producer in this process, uses its buffers. Frames take no `mapped` bit (the
+// allocation outlives the producer's release while we map it). Frame::wait_on(stream): the frame
+// is complete when the slot's `filled` word reached its sequence (a CPU load: then nothing is
+// queued); otherwise `stream` waits for the word (cuStreamWaitValue64, GEQ), and the wait is
+// watched: when the producer dies with the fill still queued (its context is gone, the word will
+// never be written), the watchdog, or the reading thread, stores kFilledAbandoned into the word so
+// our stream goes on instead of waiting forever (the frame it was told to wait for is then
+// incomplete: it came from a producer that died while writing it).
+//
 // Hot path. buffer() on a cache hit, wait_on, release_fence: no lock, no allocation; CUDA calls
 // only (a DeviceGuard's context calls for the legacy stream).
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "backend/cuda/cuda_capability.hpp"
 #include "backend/cuda/cuda_common.hpp"
@@ -40,7 +57,9 @@
 #include "backend/cuda/cuda_handles.hpp"
 #include "backend/cuda/cuda_import.hpp"
 #include "backend/cuda/cuda_pool.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 #include "common/clock.hpp"
+#include "common/errno_text.hpp"
 #include "common/process.hpp"
 #include "ipcring/error.hpp"
 
@@ -89,6 +108,13 @@ class CudaReaderPool final : public ReaderPool {
 
   const std::byte* open_slot(std::uint32_t slot, std::uint64_t epoch,
                              std::uint64_t instance) noexcept;
+  void import_vmm(const PoolRequest& req, const std::string& ch);
+  std::shared_ptr<Import> vmm_import(std::uint32_t slot, std::uint64_t instance);
+  Status wait_filled(std::uint32_t slot, CudaStream stream) noexcept;
+  // VMM: the waits our streams queued on `filled` words (per slot the target + 1; 0: none).
+  // Returns whether one is still unreached after abandoning the words of a producer that died.
+  bool watch_fills() noexcept;
+  void watchdog() noexcept;
   std::shared_ptr<Import> acquire_import(std::uint32_t slot, std::uint64_t epoch,
                                          std::uint64_t instance, const SlotHandles& handles);
   bool producer_current(std::uint64_t epoch) const noexcept {
@@ -154,6 +180,16 @@ class CudaReaderPool final : public ReaderPool {
   std::shared_ptr<SegmentRegistration> registration_;
   TestBreak break_ = test_break();  // negative controls of the GPU tests only
   ErrorLog log_;
+
+  CudaPath path_ = CudaPath::legacy_ipc;
+  std::shared_ptr<VmmImporter> vmm_;              // VMM, producer in another process: our imports
+  std::shared_ptr<ProducerResources> local_vmm_;  // VMM, producer in this process: its buffers
+  std::function<bool()> producer_died_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> fill_waits_;
+  std::unique_ptr<std::thread> watchdog_;
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_cv_;
+  bool stop_ = false;  // guarded by watchdog_mutex_
 };
 
 CudaReaderPool::CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> api)
@@ -195,12 +231,88 @@ CudaReaderPool::CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> 
                       std::to_string(owner) + ") before Reader::attach");
     }
   }
-  probe_ipc_support(api_ref, device_, ch);
+  path_ = view_.geo.cuda_path == kCudaPathVmm ? CudaPath::vmm : CudaPath::legacy_ipc;
+  producer_died_ = req.producer_died;
+  if (path_ == CudaPath::vmm) {
+    const std::vector<std::string> refusals = vmm_support_refusals(api_ref, device_);
+    if (!refusals.empty()) {
+      throw Error(
+          Errc::unsupported,
+          ch + "the channel shares its buffers as CUDA VMM memory, but " + refusals.front());
+    }
+  } else {
+    if (req.producer_pid == 0) {
+      throw Error(Errc::unsupported,
+                  ch +
+                      "the channel shares its buffers with legacy CUDA IPC, which works only "
+                      "between processes of one PID namespace, and its producer runs in a PID "
+                      "namespace this reader cannot see (SO_PEERCRED pid 0); run the producer with "
+                      "Backend::cuda_vmm (or Backend::cuda on a device that exports VMM memory as "
+                      "file descriptors: `ringdump doctor` says), or the reader in the producer's "
+                      "PID namespace");
+    }
+    probe_ipc_support(api_ref, device_, ch);
+  }
   registration_ = SegmentRegistration::acquire(api_, view_, device_, name_);
+  if (path_ == CudaPath::vmm) {
+    fill_waits_.reset(new std::atomic<std::uint64_t>[slots_]());
+    import_vmm(req, ch);
+  }
+}
+
+// Our view of a VMM channel's buffers: the producer's own (same process), or imports of
+// duplicates of the descriptors the handout gave us (the originals stay the caller's).
+void CudaReaderPool::import_vmm(const PoolRequest& req, const std::string& ch) {
+  const std::uint64_t instance = view_.producer().instance_id.load(std::memory_order_acquire);
+  {
+    std::lock_guard lock(registry_mutex());
+    auto local = local_producers().find({api_.get(), instance});
+    if (local != local_producers().end()) local_vmm_ = local->second.lock();
+  }
+  if (local_vmm_ && local_vmm_->vmm) return;
+  local_vmm_.reset();
+  if (req.device_fds.size() != slots_) {
+    throw Error(Errc::corrupt_segment, ch + "a CUDA VMM channel of " + std::to_string(slots_) +
+                                           " slots, but " + std::to_string(req.device_fds.size()) +
+                                           " frame buffer descriptors came with it");
+  }
+  std::vector<int> fds;
+  fds.reserve(req.device_fds.size());
+  for (const int fd : req.device_fds) {
+    const int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (dup < 0) {
+      const int err = errno;
+      for (const int d : fds) close(d);
+      throw Error(Errc::system_error,
+                  ch + "duplicating a frame buffer descriptor: " + errno_detail(err));
+    }
+    fds.push_back(dup);
+  }
+  DeviceGuard guard(*api_, device_);
+  if (!guard.ok()) {
+    for (const int d : fds) close(d);
+    throw_call(*api_, ch, "cudaSetDevice(" + std::to_string(device_) + ")", guard.error());
+  }
+  // Takes the descriptors and closes every one, whatever happens.
+  vmm_ = std::make_shared<VmmImporter>(api_, device_, std::move(fds), slots_,
+                                       view_.geo.cuda_buffer_bytes, ch);
 }
 
 CudaReaderPool::~CudaReaderPool() {
-  if (fork_gen_ != fork_generation()) return;  // a child of fork(): ~Import leaves them alone
+  if (fork_gen_ != fork_generation()) {
+    // A child of fork(): ~Import leaves them alone, and so do we (the watchdog is the parent's).
+    (void)watchdog_.release();
+    if (vmm_) new std::shared_ptr<VmmImporter>(std::move(vmm_));  // NOLINT: the parent's
+    return;
+  }
+  if (watchdog_) {
+    {
+      std::lock_guard lock(watchdog_mutex_);
+      stop_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_->join();
+  }
   // Our kernels on released frames must finish before their mappings close: wait for our fence
   // words. Bounded, because our streams may be stuck (behind a dead producer's write-done event,
   // or a kernel that never ends); past the bound those mappings stay open.
@@ -209,6 +321,7 @@ CudaReaderPool::~CudaReaderPool() {
   const bool all = wait_until(
       [&] {
         bool ok = true;
+        if (path_ == CudaPath::vmm) (void)watch_fills();  // a dead producer's fills end our waits
         for (std::uint32_t i = 0; i < slots_; ++i) {
           if (!done[i]) done[i] = fence_done(i);
           ok = ok && done[i];
@@ -230,6 +343,11 @@ CudaReaderPool::~CudaReaderPool() {
     }
     if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
     registration_.reset();
+  }
+  if (vmm_) {
+    DeviceGuard guard(*api_, device_);
+    vmm_.reset();  // unmapped unless a kept Import still holds it
+    (void)api_->get_last_error();
   }
   if (kept != 0) {
     log_.note(
@@ -313,6 +431,19 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
       last_instance_ = instance;
       last_epoch_ = epoch;
     }
+    if (path_ == CudaPath::vmm) {
+      // No handles to read and no `mapped` bit to take: the buffers were imported at attach.
+      if (!producer_current(epoch)) return nullptr;
+      std::shared_ptr<Import> imp = vmm_import(slot, instance);
+      if (!imp) return nullptr;
+      c.mapped_bit = false;
+      c.import = std::move(imp);
+      ++imports_;
+      c.instance = instance;
+      c.epoch = epoch;
+      c.held.store(true, std::memory_order_relaxed);
+      return c.import->ptr;
+    }
     SlotHandles handles;
     if (!read_handles(view_.cuda_slot(slot), instance, handles)) {
       log_.note(
@@ -360,7 +491,77 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
   }
 }
 
+std::shared_ptr<Import> CudaReaderPool::vmm_import(std::uint32_t slot, std::uint64_t instance) {
+  // Called with registry_mutex held.
+  auto imp = std::make_shared<Import>();
+  imp->api = api_;
+  imp->fork_gen = fork_gen_;
+  imp->device = device_;
+  if (local_vmm_) {
+    if (view_.producer().instance_id.load(std::memory_order_relaxed) != instance) return nullptr;
+    imp->local = local_vmm_;
+    imp->ptr = static_cast<std::byte*>(local_vmm_->buffers[slot]);
+  } else if (vmm_) {
+    imp->vmm = vmm_;
+    imp->ptr = static_cast<std::byte*>(vmm_->buffers()[slot].ptr);
+  } else {
+    return nullptr;
+  }
+  return imp;
+}
+
+bool CudaReaderPool::watch_fills() noexcept {
+  bool waiting = false;
+  bool died = false;
+  bool asked = false;
+  for (std::uint32_t i = 0; i < slots_; ++i) {
+    std::uint64_t w = fill_waits_[i].load(std::memory_order_acquire);
+    if (w == 0) continue;
+    std::atomic<std::uint64_t>& word = view_.cuda_slot(i).filled;
+    const std::uint64_t target = w - 1;
+    if (static_cast<std::int64_t>(word.load(std::memory_order_acquire) - target) >= 0) {
+      (void)fill_waits_[i].compare_exchange_strong(w, 0, std::memory_order_acq_rel);
+      continue;
+    }
+    if (!asked) {
+      died = producer_died_ && producer_died_();
+      asked = true;
+    }
+    if (!died) {
+      waiting = true;
+      continue;
+    }
+    // The producer died with this fill queued: its stream will never write the word. Raise it so
+    // our stream's wait ends (release: a CPU store the GPU reads; a fill that still lands writes
+    // a smaller value, which also satisfies our target, which is its own sequence).
+    std::uint64_t cur = word.load(std::memory_order_relaxed);
+    while (static_cast<std::int64_t>(cur - target) < 0 &&
+           !word.compare_exchange_weak(cur, kFilledAbandoned, std::memory_order_release,
+                                       std::memory_order_relaxed)) {
+    }
+    (void)fill_waits_[i].compare_exchange_strong(w, 0, std::memory_order_acq_rel);
+    log_.note(
+        "the producer died before its GPU finished this frame; the frame this reader's stream "
+        "waited for is incomplete, and the wait was ended",
+        i);
+  }
+  return waiting;
+}
+
+void CudaReaderPool::watchdog() noexcept {
+  // No CUDA call on this thread: it reads and writes words of the control segment.
+  std::unique_lock lock(watchdog_mutex_);
+  while (!stop_) {
+    watchdog_cv_.wait_for(lock, std::chrono::milliseconds(10));
+    if (stop_) return;
+    lock.unlock();
+    (void)watch_fills();
+    lock.lock();
+  }
+}
+
 void CudaReaderPool::producer_ended() noexcept {
+  if (path_ == CudaPath::vmm) (void)watch_fills();
   if (imports_ == 0) return;  // the reading thread's count; nothing mapped
   try {
     std::lock_guard lock(registry_mutex());
@@ -375,9 +576,55 @@ void CudaReaderPool::producer_ended() noexcept {
   }
 }
 
+Status CudaReaderPool::wait_filled(std::uint32_t slot, CudaStream stream) noexcept {
+  const SlotCache& c = cache_[slot];
+  CudaSlot& cs = view_.cuda_slot(slot);
+  // While we hold the frame the slot is not reused: the descriptor is our frame's.
+  const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
+  // Acquire, pairs with the release of the producer stream's write (its fill's writes come first).
+  const std::uint64_t filled = cs.filled.load(std::memory_order_acquire);
+  if (filled < kFilledAbandoned && static_cast<std::int64_t>(filled - seq) >= 0) {
+    return Status::ok;  // complete already: no wait to queue
+  }
+  const std::uint64_t lease = view_.producer().lease_word.load(std::memory_order_acquire);
+  if (filled >= kFilledAbandoned || (lease != LeaseWord::make(c.epoch, LeaseState::active) &&
+                                     lease != LeaseWord::make(c.epoch, LeaseState::closed))) {
+    return Status::producer_gone;  // its fill will never complete
+  }
+  if (break_ == TestBreak::wait_on) return Status::ok;  // negative control: no ordering
+  void* addr = registration_->device_address(&cs.filled);
+  CudaErr e;
+  if (stream != nullptr) {
+    StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
+    e = guard.ok() ? api_->stream_wait_value64(stream, addr, seq) : guard.error();
+  } else {
+    DeviceGuard guard(*api_, device_);
+    e = guard.ok() ? api_->stream_wait_value64(nullptr, addr, seq) : guard.error();
+  }
+  if (e != CudaErr::success) {
+    (void)api_->get_last_error();
+    log_.report(*api_, "cuStreamWaitValue64 on the write-done word", slot, e);
+    return Status::backend_error;
+  }
+  // Watched from now on: a producer that dies before the fill must not leave our stream waiting.
+  std::uint64_t prev = fill_waits_[slot].load(std::memory_order_relaxed);
+  while ((prev == 0 || prev - 1 < seq) &&
+         !fill_waits_[slot].compare_exchange_weak(prev, seq + 1, std::memory_order_acq_rel)) {
+  }
+  if (!watchdog_) {
+    try {
+      watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
+    } catch (...) {
+      // No thread: the reading thread's producer_ended() and our detach still end the wait.
+    }
+  }
+  return Status::ok;
+}
+
 Status CudaReaderPool::wait_on(std::uint32_t slot, CudaStream stream) noexcept {
   const SlotCache& c = cache_[slot];
   if (!c.import) return Status::backend_error;
+  if (path_ == CudaPath::vmm) return wait_filled(slot, stream);
   // A producer that closed keeps each slot's event until no reader holds the slot and its last
   // record completed (~CudaProducerPool), so while we hold the frame its event is there to wait
   // on. One that died or was replaced may have published this frame with its writes still queued

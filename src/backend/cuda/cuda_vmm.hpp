@@ -35,6 +35,10 @@
 
 namespace ipcring::detail::cuda {
 
+// The most buffers of a VMM channel: one descriptor each in the handout, which carries at most
+// channel/handout.hpp's kMaxDeviceDescriptors.
+inline constexpr std::uint32_t kMaxVmmBuffers = 64;
+
 struct VmmBuffer {
   CudaMemHandle handle = 0;  // cuMemCreate's (producer) or cuMemImportFromShareableHandle's
   void* ptr = nullptr;       // the mapped range (reserved by us)

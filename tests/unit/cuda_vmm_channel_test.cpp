@@ -1,0 +1,414 @@
+// cuda_vmm_channel_test.cpp — whole channels on the CUDA VMM path through the fake CUDA: the
+// producer's choice (Backend::cuda takes VMM where the device exports file descriptors; a pinned
+// path is taken or refused), readers in other PID and user namespaces that attach with
+// Reader::attach and read the producer's bytes through their own imports, a refused reader that
+// receives nothing, no descriptor or import left over by 1000 attach/detach cycles with failures
+// injected, the write-done word ordering a reader's stream after the producer's fill, and a
+// producer that dies with its fill still queued: the reader's stream does not wait forever.
+//
+// Readers in other namespaces are real processes (fork, unshare); each makes its own simulated
+// machine with the producer's GPU (same UUID), as a process on another driver instance would.
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "ipcring/ipcring.hpp"
+#include "test_util.hpp"
+#include "unit/fake_cuda.hpp"
+
+using namespace ipcring;
+using namespace std::chrono_literals;
+using detail::CudaErr;
+using test::FakeCuda;
+using test::FakeGpuWorld;
+using test::FakeOp;
+using test::ScopedChannel;
+using test::UseApi;
+
+namespace {
+
+constexpr std::uint8_t kGpu = 0xd7;
+
+int open_descriptors() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (const dirent* e = readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one thread
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n - 1;  // the directory's own descriptor
+}
+
+ChannelConfig vmm_config(Backend backend = Backend::cuda, std::uint32_t slots = 4) {
+  ChannelConfig c;
+  c.slots = slots;
+  c.max_readers = 2;
+  c.max_held = 1;
+  c.frame_bytes = 5000;
+  c.backend = backend;
+  return c;
+}
+
+Producer make_producer(const std::shared_ptr<FakeCuda>& api, std::string_view name,
+                       const ChannelConfig& config) {
+  UseApi use(api);
+  return Producer::create(name, config);
+}
+
+std::uint64_t publish_pattern(Producer& p) {
+  auto loan = p.loan();
+  REQUIRE(loan);
+  test::fill_pattern(loan->data(), 512, loan->sequence());
+  return p.publish(std::move(*loan), 512);
+}
+
+// A reader's whole attach in this process, with its own machine: attach, read the newest frame,
+// check its bytes and that it is complete, detach. 0 when all of it holds.
+int read_one(const std::string& name) {
+  try {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto api = world->process();
+    UseApi use(api);
+    Reader r = Reader::attach(name);
+    if (r.cuda_path() != CudaPath::vmm) return 10;
+    auto f = r.try_read();
+    if (!f) return 11;
+    if (!test::check_pattern(f->data(), 512, f->sequence())) return 12;
+    if (f->wait_on(nullptr) != Status::ok) return 13;
+    if (api->vmm_handles() != 4) return 14;  // one import per buffer
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reader: %s\n", e.what());
+    return 15;
+  }
+}
+
+template <class Setup, class Body>
+int in_child(Setup setup, Body body, bool new_pid_namespace) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (!setup()) _exit(90);
+    if (!new_pid_namespace) _exit(body());
+    if (unshare(CLONE_NEWPID) != 0) _exit(91);
+    const pid_t inner = fork();
+    if (inner < 0) _exit(92);
+    if (inner == 0) {
+      if (getpid() != 1) _exit(93);
+      _exit(body());
+    }
+    int status = 0;
+    waitpid(inner, &status, 0);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 94);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status)
+                           : 100 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+bool write_file(const char* path, const std::string& text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+TEST_SUITE("cuda") {
+  TEST_CASE("cuda_vmm channel: Backend::cuda takes VMM where the device has it; pins are kept") {
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    {
+      ScopedChannel ch("vmm-choice");
+      auto p = make_producer(prod, ch, vmm_config(Backend::cuda));
+      CHECK(inspect(ch.name()).cuda_path == CudaPath::vmm);
+      CHECK(prod->calls(FakeOp::malloc) == 0);  // no legacy allocation
+      CHECK(prod->calls(FakeOp::create_ipc_event) == 0);
+      CHECK(world->vmm_allocations() == 4);
+    }
+    CHECK(world->vmm_allocations() == 0);  // released at close
+    {
+      ScopedChannel ch("vmm-legacy");
+      auto p = make_producer(prod, ch, vmm_config(Backend::cuda_legacy));
+      CHECK(inspect(ch.name()).cuda_path == CudaPath::legacy_ipc);
+      CHECK(world->vmm_allocations() == 0);
+    }
+    // A device without VMM descriptors: Backend::cuda takes legacy IPC, a VMM pin is refused with
+    // the reason, never replaced.
+    auto plain = FakeGpuWorld::device(0xd8);
+    plain.vmm_posix_fd = false;
+    auto old_world = FakeGpuWorld::make({plain});
+    auto old_prod = old_world->process();
+    {
+      ScopedChannel ch("vmm-auto-legacy");
+      auto p = make_producer(old_prod, ch, vmm_config(Backend::cuda));
+      CHECK(inspect(ch.name()).cuda_path == CudaPath::legacy_ipc);
+    }
+    {
+      ScopedChannel ch("vmm-pinned");
+      try {
+        (void)make_producer(old_prod, ch, vmm_config(Backend::cuda_vmm));
+        FAIL("a VMM pin was accepted on a device without VMM descriptors");
+      } catch (const Error& e) {
+        CHECK(e.code() == Errc::unsupported);
+        const std::string msg = e.what();
+        CHECK(msg.find(ch.name()) != std::string::npos);
+        CHECK(msg.find("Backend::cuda_vmm") != std::string::npos);
+        CHECK(msg.find("POSIX_FILE_DESCRIPTOR") != std::string::npos);
+      }
+    }
+    // An integrated GPU (no legacy IPC): Backend::cuda takes VMM.
+    auto jetson = FakeGpuWorld::device(0xd9);
+    jetson.integrated = true;
+    auto orin = FakeGpuWorld::make({jetson});
+    {
+      ScopedChannel ch("vmm-integrated");
+      auto p = make_producer(orin->process(), ch, vmm_config(Backend::cuda));
+      CHECK(inspect(ch.name()).cuda_path == CudaPath::vmm);
+    }
+    // More slots than one handout carries descriptors: refused, naming the limit.
+    {
+      ScopedChannel ch("vmm-slots");
+      try {
+        (void)make_producer(prod, ch, vmm_config(Backend::cuda_vmm, 65));
+        FAIL("65 VMM slots were accepted");
+      } catch (const Error& e) {
+        CHECK(e.code() == Errc::invalid_config);
+        CHECK(std::string(e.what()).find("at most 64") != std::string::npos);
+      }
+    }
+  }
+
+  TEST_CASE(
+      "cuda_vmm channel: readers in other PID and user namespaces read the producer's frames") {
+    ScopedChannel ch("vmm-ns");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    auto p = make_producer(prod, ch, vmm_config(Backend::cuda_vmm));
+    for (int i = 0; i < 3; ++i) publish_pattern(p);
+    const std::string name = ch.name();
+    auto nothing = [] { return true; };
+    auto body = [&] { return read_one(name); };
+    CHECK(in_child(nothing, body, false) == 0);
+    if (geteuid() != 0) {
+      MESSAGE("a new PID namespace needs root: not run");
+    } else {
+      CHECK(in_child(nothing, body, true) == 0);
+    }
+    const uid_t uid = geteuid();
+    const gid_t gid = getegid();
+    auto user_namespace = [uid, gid] {
+      if (unshare(CLONE_NEWUSER) != 0) return false;
+      return write_file("/proc/self/setgroups", "deny") &&
+             write_file("/proc/self/uid_map",
+                        std::to_string(uid) + " " + std::to_string(uid) + " 1") &&
+             write_file("/proc/self/gid_map",
+                        std::to_string(gid) + " " + std::to_string(gid) + " 1");
+    };
+    const int r = in_child(user_namespace, body, false);
+    if (r == 90) {
+      MESSAGE("user namespaces are not available here: not run");
+    } else {
+      CHECK(r == 0);
+    }
+    // A reader the policy refuses gets a refusal naming its uid, and no descriptor.
+    if (geteuid() != 0) {
+      MESSAGE("needs root to become another uid: not run");
+    } else {
+      // In a directory the other uid may enter (the user's private one it may not), so the
+      // producer's policy is what refuses it.
+      char dir[] = "/tmp/ipcring-vmm-refuse-XXXXXX";
+      REQUIRE(mkdtemp(dir) != nullptr);
+      chmod(dir, 0755);
+      ChannelConfig c = vmm_config(Backend::cuda_vmm);
+      c.dir = dir;
+      c.mode = 0660;
+      {
+        auto q = make_producer(prod, "vmm-refused", c);
+        publish_pattern(q);
+        // Still in group 0, the socket's group (mode 0660), so it connects and the producer's
+        // policy (its uid, root, nobody else) decides.
+        auto other_uid = [] { return setresuid(4243, 4243, 4243) == 0; };
+        auto refused = [&] {
+          const int before = open_descriptors();
+          try {
+            auto w = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+            UseApi use(w->process());
+            ReaderOptions o;
+            o.dir = dir;
+            o.trust_uids = {0};
+            (void)Reader::attach("vmm-refused", o);
+            return 20;
+          } catch (const Error& e) {
+            if (e.code() != Errc::permission_denied) {
+              std::fprintf(stderr, "refused reader: %s\n", e.what());
+              return 21;
+            }
+            if (std::string(e.what()).find("4243") == std::string::npos) {
+              std::fprintf(stderr, "refused reader: %s\n", e.what());
+              return 22;
+            }
+          }
+          return open_descriptors() == before ? 0 : 23;
+        };
+        CHECK(in_child(other_uid, refused, false) == 0);
+      }
+      rmdir(dir);
+    }
+  }
+
+  TEST_CASE("cuda_vmm channel: 1000 attach/detach cycles, failures included, leave nothing open") {
+    ScopedChannel ch("vmm-cycles");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    auto rdr = world->process();  // another simulated process: it imports, as a remote reader does
+    auto p = make_producer(prod, ch, vmm_config(Backend::cuda_vmm));
+    publish_pattern(p);
+    const int before = open_descriptors();
+    int failed = 0;
+    int expected_failures = 0;
+    for (int cycle = 0; cycle < 1000; ++cycle) {
+      const int kind = cycle % 5;
+      expected_failures += kind != 0 ? 1 : 0;
+      switch (kind) {
+        case 1:
+          rdr->fail(FakeOp::vmm_import_fd, CudaErr::invalid_value, 1);
+          break;
+        case 2:
+          rdr->fail_after(FakeOp::vmm_map, 2, CudaErr::invalid_value);  // the third buffer
+          break;
+        case 3:
+          rdr->fail(FakeOp::vmm_set_access, CudaErr::invalid_value, 1);
+          break;
+        case 4:
+          rdr->fail(FakeOp::vmm_granularity, CudaErr::invalid_value, 1);
+          break;
+        default:
+          break;
+      }
+      try {
+        UseApi use(rdr);
+        Reader r = Reader::attach(ch.name());
+        auto f = r.try_read();
+        REQUIRE(f);
+        CHECK(test::check_pattern(f->data(), 512, f->sequence()));
+      } catch (const Error& e) {
+        ++failed;
+        CHECK(std::string(e.what()).find(ch.name()) != std::string::npos);
+      }
+    }
+    CHECK(failed == expected_failures);
+    CHECK(open_descriptors() == before);
+    CHECK(rdr->vmm_handles() == 0);
+    CHECK(rdr->vmm_ranges() == 0);
+    CHECK(world->vmm_allocations() == 4);  // the producer's only
+  }
+
+  TEST_CASE("cuda_vmm channel: the write-done word orders the reader's stream after the fill") {
+    ScopedChannel ch("vmm-order");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    auto rdr = world->process();
+    auto p = make_producer(prod, ch, vmm_config(Backend::cuda_vmm));
+    Reader r = [&] {
+      UseApi use(rdr);
+      return Reader::attach(ch.name());
+    }();
+    CudaStream ps = prod->make_stream();
+    CudaStream rs = rdr->make_stream();
+    auto loan = p.loan(ps);
+    REQUIRE(loan);
+    const std::uint64_t writer = prod->launch(ps);  // the kernel filling the frame, still running
+    p.publish(std::move(*loan), 64, ps);
+    auto f = r.try_read();
+    REQUIRE(f);
+    const int waits = rdr->calls(FakeOp::stream_wait_value64);
+    CHECK(f->wait_on(rs) == Status::ok);
+    CHECK(rdr->calls(FakeOp::stream_wait_value64) == waits + 1);  // on the word, not an event
+    CHECK(rdr->calls(FakeOp::stream_wait_event) == 0);
+    const std::uint64_t consumer = rdr->launch(rs, false);
+    CHECK_FALSE(rdr->done(consumer));  // ordered after the fill
+    prod->finish(writer);
+    CHECK(rdr->done(consumer));
+    // Complete now: a second wait queues nothing (a load of the word says so).
+    CHECK(f->wait_on(rs) == Status::ok);
+    CHECK(rdr->calls(FakeOp::stream_wait_value64) == waits + 1);
+    f->release();
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda_vmm channel: a producer that dies with a fill queued leaves no stream waiting") {
+    ScopedChannel ch("vmm-death");
+    const std::string name = ch.name();
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // The producer: publishes a frame whose fill never ends, says so, and waits to be killed.
+      close(ready[0]);
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+      auto prod = world->process();
+      try {
+        Producer p = make_producer(prod, name, vmm_config(Backend::cuda_vmm));
+        CudaStream ps = prod->make_stream();
+        auto loan = p.loan(ps);
+        if (!loan) _exit(3);
+        (void)prod->launch(ps);  // held forever
+        (void)p.publish(std::move(*loan), 64, ps);
+        const char one = 1;
+        if (write(ready[1], &one, 1) != 1) _exit(4);
+        for (;;) pause();
+      } catch (...) {
+        _exit(5);
+      }
+    }
+    close(ready[1]);
+    char got = 0;
+    REQUIRE(read(ready[0], &got, 1) == 1);
+    close(ready[0]);
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto rdr = world->process();
+    {
+      Reader r = [&] {
+        UseApi use(rdr);
+        ReaderOptions o;
+        o.producer_probe = 10ms;
+        return Reader::attach(name, o);
+      }();
+      auto f = r.try_read();
+      REQUIRE(f);
+      CudaStream rs = rdr->make_stream();
+      CHECK(f->wait_on(rs) == Status::ok);  // the fill is queued, so is our wait
+      const std::uint64_t consumer = rdr->launch(rs, false);
+      CHECK_FALSE(rdr->done(consumer));
+      kill(child, SIGKILL);
+      int status = 0;
+      waitpid(child, &status, 0);
+      // The pool's watchdog finds the producer dead and ends the wait: our stream runs on.
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      while (!rdr->done(consumer) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+      }
+      CHECK(rdr->done(consumer));
+      // The frame came from a producer that died before finishing it: a new wait says so.
+      CHECK(f->wait_on(rs) == Status::producer_gone);
+    }
+    CHECK(world->hangs() == 0);
+    CHECK(rdr->vmm_handles() == 0);
+  }
+}
