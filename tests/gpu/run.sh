@@ -17,8 +17,9 @@
 # included. One global timeout (IPCRING_GPU_TIMEOUT, default 400 s, at most 420) and a timeout per
 # test, cut to the time left; the slow reader_killed_* cases run on VMM, and on legacy only where
 # the time left allows (the summary names any case not run). Exit 0: all passed; 77: no GPU here
-# (the reason is printed; nothing was verified on a GPU); 1: a failure (a VMM-path case not run
-# for lack of time counts as one), including a driver too old for this build's CUDA runtime.
+# (the reason is printed; nothing was verified on a GPU); 1: a failure (a case not run for lack of
+# time counts as one, except the legacy runs of the slow cases), including a driver too old for
+# this build's CUDA runtime.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
