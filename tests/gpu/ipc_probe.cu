@@ -8,6 +8,7 @@
 //                        PASS/FAIL for facts the design relies on, ANSWER for the behaviour of
 //                        things it avoids (recorded, not judged). Exit 0: every relied-on fact
 //                        holds; 1: one does not (or the driver is too old); 77: no GPU here.
+//                        SKIP: a check that cannot run here (no PID namespace), with the reason.
 //   ipc_probe <check>... runs only the named checks (event_record, shm_fence, open_twice,
 //                        close_in_flight, free_while_mapped, write_after_kill, event_killed,
 //                        vmm_fd, vmm_importer_killed, vmm_release_while_mapped, vmm_pid_namespace,
