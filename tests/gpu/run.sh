@@ -49,10 +49,11 @@ configure_and_build() {
     >>"$build/build.log" 2>&1 || echo "(no Python module: python_cuda_frames.py will skip)"
 }
 
-# The Python check of the CUDA frame path (python_cuda_frames.py): exit 0, 77 (skipped) or 1.
+# The Python check of the CUDA frame path (python_cuda_frames.py): exit 0, 77 (skipped) or 1;
+# $1: its timeout (default 120 s).
 run_python_check() {
   PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH} PYTHONDONTWRITEBYTECODE=1 \
-    timeout -k 5 120 "${IPCRING_GPU_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}" "$root/tests/gpu/python_cuda_frames.py" \
+    timeout -k 5 "${1:-120}" "${IPCRING_GPU_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}" "$root/tests/gpu/python_cuda_frames.py" \
     >"$logdir/python_cuda_frames.log" 2>&1
 }
 
@@ -181,17 +182,19 @@ section "devices (ipcring_gpu_tests --probe)"
 timeout -k 5 60 "$bin" --probe
 probe_rc=$?
 # Every case runs on both CUDA paths (`<case>@vmm`, `<case>@legacy`: the backend pinned, the
-# readers check the path taken), VMM first (what Backend::cuda takes where the device offers it),
-# plus `roundtrip` once with Backend::cuda (the producer's own choice, printed). The fast cases
-# run on both paths; the slow ones (the reader_killed_* cases, up to ~60 s each: the victim's 60 s
-# kernel may hold its exit) run on VMM, and on legacy only where the time left allows it
-# (`NOT RUN (time)` in the summary says which did not).
+# readers check the path taken), plus `roundtrip` once with Backend::cuda (the producer's own
+# choice, printed). In order of priority: every case on VMM (what Backend::cuda takes where the
+# device offers it), the latency runs of both paths, the Python check, the fast cases on legacy,
+# and last the slow cases on legacy (the reader_killed_* cases, up to ~60 s each: the victim's
+# 60 s kernel may hold its exit) only where the time left allows it (`NOT RUN (time)` in the
+# summary says which did not).
 fast=(roundtrip slow_fill slow_reader_stream slow_reader_plain legacy_stream
       two_readers_one_process takeover uuid_visible neg_wait_on neg_release_fence release_elsewhere
       close_mapped peer_reader visible_devices vmm_pid_namespace latency)
 slow=(reader_killed_plain reader_killed_stream reader_killed_successor)
-cases=(roundtrip)
-for c in "${fast[@]}"; do cases+=("$c@vmm" "$c@legacy"); done
+first_fast=(roundtrip)
+second_fast=()
+for c in "${fast[@]}"; do first_fast+=("$c@vmm"); second_fast+=("$c@legacy"); done
 first_slow=()
 second_slow=()
 for c in "${slow[@]}"; do first_slow+=("$c@vmm"); second_slow+=("$c@legacy"); done
@@ -208,7 +211,7 @@ if [[ $probe_rc -eq 77 ]]; then
   [[ $? -eq 77 ]] || { section "result: FAILED: ipc_probe did not skip"; exit 1; }
   section "GPU tests (no-GPU path: each must report itself skipped)"
   n=0
-  for c in "${cases[@]}" "${first_slow[@]}" "${second_slow[@]}"; do
+  for c in "${first_fast[@]}" "${first_slow[@]}" "${second_fast[@]}" "${second_slow[@]}"; do
     timeout -k 5 60 "$bin" "$c" >"$logdir/gpu_$c.log" 2>&1
     rc=$?
     printf '  %-32s %s\n' "$c" "$( [[ $rc -eq 77 ]] && echo SKIP || echo "FAIL (exit $rc)")"
@@ -248,10 +251,11 @@ fi
 time_left() { echo $(( budget - 15 - SECONDS )); }
 
 # run_gpu_case CASE [required]: one case under its own timeout, cut to the time left; a case
-# that no longer fits is `NOT RUN (time)`, a failure only when `required` (a first-path case).
+# that no longer fits is `NOT RUN (time)`, a failure only when `required` (all but the slow cases
+# on legacy).
 not_run=()
 run_gpu_case() {
-  local c=$1 required=${2:-} limit=90 left start rc secs verdict
+  local c=$1 required=${2:-} limit=60 left start rc secs verdict
   [[ $c == reader_killed_* ]] && limit=170  # the victim's 60 s kernel may delay its exit
   left=$(time_left)
   if [[ $c == reader_killed_* ]] && (( left < 75 )) || (( left < 20 )); then
@@ -284,32 +288,16 @@ run_gpu_case() {
     tail -n 20 "$logdir/gpu_$c.log" | sed 's/^/    | /'
 }
 
-section "GPU tests (both CUDA paths)"
 summary=()
-for c in "${cases[@]}"; do run_gpu_case "$c" required; done
-
-section "Python CUDA frames (python_cuda_frames.py)"
-run_python_check
-prc=$?
-case $prc in
-  0) verdict=PASS ;;
-  77) verdict=SKIP ;;
-  *) verdict="FAIL (exit $prc)"; failed=1 ;;
-esac
-summary+=("$(printf '%-24s %-24s' python_cuda_frames "$verdict")")
-printf '%-24s %s\n' python_cuda_frames "$verdict"
-sed 's/^/    /' "$logdir/python_cuda_frames.log" | tail -n 20
+section "GPU tests on the VMM path (and roundtrip with the producer's choice)"
+for c in "${first_fast[@]}" "${first_slow[@]}"; do run_gpu_case "$c" required; done
 
 # Latency on both paths, alternating so that drift of the machine hits both alike: the p50 of
-# every run side by side and the ratio of the medians (VMM should be within 1.2x of legacy; not
-# asserted: a figure, never a verdict).
-section "latency (3 more runs per path, alternating)"
+# each of the 3 runs per path side by side and the ratio of the medians (VMM should be within
+# 1.2x of legacy; not asserted: a figure, never a verdict).
+section "latency (3 runs per path, alternating)"
 p50_of() { sed -nE 's/.*p50 ([0-9.]+) us.*/\1/p' "$1" | head -n 1; }
 declare -A p50s=([legacy]="" [vmm]="")
-for p in legacy vmm; do
-  v=$(p50_of "$logdir/gpu_latency@$p.log" 2>/dev/null)
-  [[ -n $v ]] && p50s[$p]+="$v "
-done
 for i in 1 2 3; do
   for p in legacy vmm; do
     (( $(time_left) > 40 )) || { echo "latency: no time left for run $i on $p"; continue; }
@@ -327,8 +315,28 @@ mv=$(median <<<"${p50s[vmm]}")
 ratio=$(awk -v l="$ml" -v v="$mv" 'BEGIN { if (l > 0 && v != "") printf "%.2f", v / l; else print "n/a" }')
 echo "latency p50 (us): legacy [ ${p50s[legacy]}] vmm [ ${p50s[vmm]}]; median legacy ${ml:-n/a}, vmm ${mv:-n/a}: vmm/legacy ${ratio} (target: within 1.2)"
 
-section "the slow cases: VMM, then legacy where the time allows"
-for c in "${first_slow[@]}"; do run_gpu_case "$c" required; done
+section "Python CUDA frames (python_cuda_frames.py)"
+py_limit=$(time_left)
+(( py_limit > 120 )) && py_limit=120
+if (( py_limit >= 20 )); then
+  run_python_check "$py_limit"
+  prc=$?
+else
+  echo "python_cuda_frames: no time left (${py_limit} s)" >"$logdir/python_cuda_frames.log"
+  prc=124
+fi
+case $prc in
+  0) verdict=PASS ;;
+  77) verdict=SKIP ;;
+  124|137) verdict="FAIL (timeout)"; failed=1 ;;
+  *) verdict="FAIL (exit $prc)"; failed=1 ;;
+esac
+summary+=("$(printf '%-24s %-24s' python_cuda_frames "$verdict")")
+printf '%-24s %s\n' python_cuda_frames "$verdict"
+sed 's/^/    /' "$logdir/python_cuda_frames.log" | tail -n 20
+
+section "GPU tests on the legacy CUDA IPC path (the slow cases where the time allows)"
+for c in "${second_fast[@]}"; do run_gpu_case "$c" required; done
 for c in "${second_slow[@]}"; do run_gpu_case "$c"; done
 ((${#not_run[@]})) && echo "not run for lack of time: ${not_run[*]}"
 
