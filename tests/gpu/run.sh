@@ -57,6 +57,14 @@ run_python_check() {
     >"$logdir/python_cuda_frames.log" 2>&1
 }
 
+# The fake-CUDA test cases that failed (doctest's "TEST CASE:" line before each ERROR), one
+# "FAILED: fake-CUDA test case: ..." line each, for the summary.
+unit_failures() {
+  awk '/^TEST CASE:/ { sub(/^TEST CASE: +/, ""); name = $0 }
+       /: ERROR: / && name != "" && !(name in seen) { seen[name] = 1
+         print "FAILED: fake-CUDA test case: " name }' "$logdir/cuda_unit.log"
+}
+
 if [[ $prepare -eq 1 ]]; then
   configure_and_build || exit 1
   echo "built $build; carry these (relative to the repository root):"
@@ -204,7 +212,11 @@ if [[ $probe_rc -eq 77 ]]; then
     timeout -k 5 120 "$unit" >"$logdir/cuda_unit.log" 2>&1
     urc=$?
     tail -n 3 "$logdir/cuda_unit.log"
-    [[ $urc -eq 0 ]] || { section "result: FAILED: the fake-CUDA tests"; exit 1; }
+    if [[ $urc -ne 0 ]]; then
+      unit_failures
+      section "result: FAILED: the fake-CUDA tests"
+      exit 1
+    fi
   fi
   section "ipc_probe (no-GPU path)"
   timeout -k 5 60 "$probe"
@@ -244,7 +256,7 @@ if [[ -x $unit ]]; then
   timeout -k 5 120 "$unit" >"$logdir/cuda_unit.log" 2>&1
   urc=$?
   tail -n 3 "$logdir/cuda_unit.log"
-  [[ $urc -eq 0 ]] || failed=1
+  [[ $urc -eq 0 ]] || { unit_failures; failed=1; }
 fi
 
 # Seconds left of the global budget, less what the end needs (the summary, the archive).
