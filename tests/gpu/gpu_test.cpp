@@ -1,22 +1,31 @@
 // gpu_test.cpp — GPU tests of the CUDA backend: a producer and readers in separate processes,
 // frames written by a kernel and verified by a kernel.
 //
-//   ipcring_gpu_tests <case>      the driver: runs one case; exit 0 passed, 1 failed, 77 skipped
-//   ipcring_gpu_tests --list      the cases
+//   ipcring_gpu_tests <case>[@legacy|@vmm]   the driver: runs one case; exit 0 passed, 1 failed,
+//                                            77 skipped
+//   ipcring_gpu_tests --list      the cases and the two paths
 //   ipcring_gpu_tests --probe     the GPUs this process sees; exit 77 when none
 //
+// The path: `<case>` creates the channel with Backend::cuda (the producer chooses the path from its
+// device) and the readers print which one it took; `<case>@legacy` pins Backend::cuda_legacy and
+// `<case>@vmm` Backend::cuda_vmm, and then the producer and every Reader check that the channel
+// took that path (Snapshot::cuda_path, Reader::cuda_path()): one that silently took the other fails
+// the case. `vmm_pid_namespace` is VMM by default; `vmm_pid_namespace@legacy` is its refusal.
+//
 // The driver starts every role as a fresh process (fork + exec of this binary, so no process
-// inherits a CUDA context): `ipcring_gpu_tests --role <role> <case> <channel> <notify-fd>
+// inherits a CUDA context): `ipcring_gpu_tests --role <role> <case>[@path] <channel> <notify-fd>
 // <device>`. Without a usable GPU every case prints "SKIPPED: ..." with the CUDA error and exits 77
 // (CTest's SKIP_RETURN_CODE).
 #include <cuda.h>  // attribute numbers only: nothing of libcuda is linked
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +54,13 @@ constexpr int kUsage = 2;
 constexpr int kAttachRefused =
     3;                       // reader: attach threw Errc::unsupported (expected in some cases)
 constexpr int kCorrupt = 4;  // reader: saw corrupted words (expected only under a negative control)
+constexpr int kWrongPath =
+    5;  // reader: the channel took the other CUDA path than the one asked for
+// reader in its own PID namespace on legacy CUDA IPC: attach refused, the message names the PID
+// namespace (the expected refusal of vmm_pid_namespace@legacy)
+constexpr int kRefusedPidNamespace = 6;
+constexpr int kNotIsolated =
+    7;  // reader of a pid_namespace case: not in a PID namespace of its own
 constexpr int kSkip = 77;
 
 struct Case {
@@ -71,6 +87,9 @@ struct Case {
   // Producer: closes right after its last frame while the reader still reads (slow kernels) and
   // keeps the buffers mapped; prints how long the close took.
   bool close_mapped = false;
+  // The reader process runs in its own PID namespace (unshare --pid --fork --mount-proc around
+  // its exec): VMM descriptors reach it over the socket; legacy CUDA IPC must refuse it.
+  bool pid_namespace = false;
 };
 
 const Case kCases[] = {
@@ -136,6 +155,35 @@ const Case kCases[] = {
      "and its mappings are open: no corrupted word, no fault, the close ends once the reader let "
      "go",
      3, 1, 1 << 20, 40, true, 10'000'000, 0, 1, 0, nullptr, false, 1, false, false, true},
+    {"vmm_pid_namespace",
+     "a reader in its own PID namespace verifies 200 frames (CUDA VMM: the buffers reach it as "
+     "descriptors over the socket); @legacy: its attach must be refused naming the PID namespace",
+     4, 1, 1 << 20, 200, true, 0, 200, 1, 0, nullptr, false, 1, false, false, false, true},
+};
+
+// Which CUDA path a run of a case asks for: `<case>` (Backend::cuda, the producer chooses),
+// `<case>@legacy` or `<case>@vmm` (pinned, and checked by the producer and every Reader).
+enum class Path { automatic, legacy, vmm };
+
+const char* path_suffix(Path p) {
+  return p == Path::legacy ? "legacy" : p == Path::vmm ? "vmm" : "auto";
+}
+
+Backend backend_of(Path p) {
+  return p == Path::legacy ? Backend::cuda_legacy
+         : p == Path::vmm  ? Backend::cuda_vmm
+                           : Backend::cuda;
+}
+
+CudaPath cuda_path_of(Path p) {
+  return p == Path::legacy ? CudaPath::legacy_ipc : p == Path::vmm ? CudaPath::vmm : CudaPath::none;
+}
+
+// A case and the path asked for; `name` is what the command line said (`roundtrip@vmm`).
+struct Run {
+  const Case* c = nullptr;
+  Path path = Path::automatic;
+  std::string name;
 };
 
 const Case* find_case(const std::string& name) {
@@ -143,6 +191,42 @@ const Case* find_case(const std::string& name) {
     if (name == c.name) return &c;
   }
   return nullptr;
+}
+
+// `<case>`, `<case>@legacy` or `<case>@vmm`; a Run without a case for anything else.
+Run parse_run(const std::string& arg) {
+  Run r;
+  r.name = arg;
+  const auto at = arg.find('@');
+  const std::string base = arg.substr(0, at);
+  if (at != std::string::npos) {
+    const std::string suffix = arg.substr(at + 1);
+    if (suffix == "legacy") {
+      r.path = Path::legacy;
+    } else if (suffix == "vmm") {
+      r.path = Path::vmm;
+    } else {
+      return Run{};
+    }
+  }
+  r.c = find_case(base);
+  // vmm_pid_namespace is about the VMM path: without a suffix it pins it.
+  if (r.c != nullptr && r.c->pid_namespace && r.path == Path::automatic) r.path = Path::vmm;
+  return r;
+}
+
+// This process's PID namespace, as /proc/self/ns/pid names it ("pid:[4026531836]"), or "".
+std::string pid_namespace_id() {
+  char buf[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// This binary's path, for the exec behind `unshare` (where /proc/self/exe would be unshare).
+std::string self_exe() {
+  char buf[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string("/proc/self/exe");
 }
 
 #define CUDA_OK(call)                                                                           \
@@ -184,17 +268,25 @@ void notify(int fd, char c) {
 // ---- roles
 // ---------------------------------------------------------------------------------------
 
-int producer_role(const Case& c, const std::string& channel, int fd, int device) {
+int producer_role(const Case& c, Path path, const std::string& channel, int fd, int device) {
   CUDA_OK(cudaSetDevice(device));
   ChannelConfig config;
   config.slots = c.slots;
   config.max_readers = c.readers;
   config.max_held = 1;
   config.frame_bytes = c.frame_bytes;
-  config.backend = Backend::cuda;
+  config.backend = backend_of(path);
   config.cuda_device = device;
   std::optional<Producer> holder(Producer::create(channel, config));
   Producer& p = *holder;
+  const CudaPath took = inspect(channel).cuda_path;
+  std::printf("producer: Backend::%s took the %s path\n", to_string(config.backend),
+              to_string(took));
+  if (path != Path::automatic && took != cuda_path_of(path)) {
+    std::printf("FAILED: producer: asked for Backend::%s, the channel took %s\n",
+                to_string(config.backend), to_string(took));
+    return kWrongPath;
+  }
   cudaStream_t stream = nullptr;
   if (!c.legacy) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   notify(fd, 'P');
@@ -254,8 +346,20 @@ int producer_role(const Case& c, const std::string& channel, int fd, int device)
   return kPass;
 }
 
-int reader_role(const Case& c, const std::string& channel, int fd, int device, bool kill_me) {
+int reader_role(const Case& c, Path path, const std::string& channel, int fd, int device,
+                bool kill_me) {
   if (device >= 0) CUDA_OK(cudaSetDevice(device));
+  if (c.pid_namespace) {
+    // The case means nothing unless this process really is in another PID namespace.
+    const char* parent = std::getenv("IPCRING_GPU_TEST_PARENT_PIDNS");
+    const std::string mine = pid_namespace_id();
+    std::printf("reader: pid %d in PID namespace %s (the driver's: %s)\n",
+                static_cast<int>(getpid()), mine.c_str(), parent != nullptr ? parent : "?");
+    if (parent == nullptr || mine.empty() || mine == parent) {
+      std::printf("FAILED: reader: not in a PID namespace of its own\n");
+      return kNotIsolated;
+    }
+  }
   ReaderOptions options;
   options.policy = std::string(c.name) == "latency" ? ReadPolicy::latest : ReadPolicy::sequential;
   options.spin = 100us;
@@ -266,8 +370,26 @@ int reader_role(const Case& c, const std::string& channel, int fd, int device, b
     }
   } catch (const Error& e) {
     std::printf("reader: attach refused (%s): %s\n", to_string(e.code()), e.what());
+    std::fflush(stdout);
+    if (c.pid_namespace) {
+      const std::string what = e.what();
+      if (what.find("PID namespace") != std::string::npos ||
+          what.find("pid namespace") != std::string::npos)
+        return kRefusedPidNamespace;
+    }
     return e.code() == Errc::unsupported ? kAttachRefused : kFail;
   }
+  for (const Reader& r : readers) {
+    const CudaPath took = r.cuda_path();
+    std::printf("reader: attached, the channel's path is %s (asked: %s)\n", to_string(took),
+                path == Path::automatic ? "the producer's choice" : to_string(cuda_path_of(path)));
+    if (path != Path::automatic && took != cuda_path_of(path)) {
+      std::printf("FAILED: reader: asked for %s, the channel took %s\n",
+                  to_string(cuda_path_of(path)), to_string(took));
+      return kWrongPath;
+    }
+  }
+  std::fflush(stdout);
   cudaStream_t stream = nullptr;
   if (!c.legacy) CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   unsigned long long* errors = nullptr;
@@ -380,8 +502,14 @@ struct Child {
   std::string role;
 };
 
-Child spawn(const std::string& role, const Case& c, const std::string& channel, int device,
+// A reader of a pid_namespace case runs as `unshare --pid --fork --kill-child --mount-proc
+// <this binary> --role ...`: PID 1 of a namespace of its own, killed with unshare.
+Child spawn(const std::string& role, const Run& run, const std::string& channel, int device,
             const char* visible_devices = nullptr) {
+  const Case& c = *run.c;
+  const bool own_pid_namespace = c.pid_namespace && role != "producer";
+  const std::string exe = self_exe();
+  const std::string parent_ns = pid_namespace_id();
   std::fflush(stdout);
   int fds[2];
   if (pipe(fds) != 0) std::exit(kFail);
@@ -394,8 +522,15 @@ Child spawn(const std::string& role, const Case& c, const std::string& channel, 
     }
     const std::string fd = std::to_string(fds[1]);
     const std::string dev = std::to_string(device);
-    execl("/proc/self/exe", "ipcring_gpu_tests", "--role", role.c_str(), c.name, channel.c_str(),
-          fd.c_str(), dev.c_str(), static_cast<char*>(nullptr));
+    if (own_pid_namespace) {
+      setenv("IPCRING_GPU_TEST_PARENT_PIDNS", parent_ns.c_str(), 1);
+      execlp("unshare", "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", exe.c_str(),
+             "--role", role.c_str(), run.name.c_str(), channel.c_str(), fd.c_str(), dev.c_str(),
+             static_cast<char*>(nullptr));
+    } else {
+      execl("/proc/self/exe", "ipcring_gpu_tests", "--role", role.c_str(), run.name.c_str(),
+            channel.c_str(), fd.c_str(), dev.c_str(), static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   close(fds[1]);
@@ -452,7 +587,41 @@ bool driver_too_old(cudaError_t e) {
   return true;
 }
 
-int run_case(const Case& c) {
+// Whether this process may make a PID namespace (`unshare --pid --fork --mount-proc true`); when
+// not, `why` holds what unshare said.
+bool pid_namespace_available(std::string* why) {
+  std::fflush(stdout);
+  int fds[2];
+  if (pipe(fds) != 0) {
+    *why = "pipe failed";
+    return false;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDERR_FILENO);
+    dup2(fds[1], STDOUT_FILENO);
+    execlp("unshare", "unshare", "--pid", "--fork", "--mount-proc", "true",
+           static_cast<char*>(nullptr));
+    std::fprintf(stderr, "cannot run unshare (util-linux): %s", std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string said;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    said.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  *why = said.empty() ? "unshare --pid --fork --mount-proc failed" : said;
+  return false;
+}
+
+int run_case(const Run& run) {
+  const Case& c = *run.c;
   int devices = 0;
   const cudaError_t e = cudaGetDeviceCount(&devices);
   if (driver_too_old(e)) return kFail;
@@ -460,17 +629,28 @@ int run_case(const Case& c) {
     std::printf(
         "SKIPPED: GPU test '%s' needs a CUDA device; this machine has none usable "
         "(cudaGetDeviceCount: %s)\n",
-        c.name, e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
+        run.name.c_str(), e != cudaSuccess ? cudaGetErrorName(e) : "0 devices");
     return kSkip;
   }
   if (devices < c.gpus) {
-    std::printf("SKIPPED: GPU test '%s' needs %d CUDA devices; this machine has %d\n", c.name,
-                c.gpus, devices);
+    std::printf("SKIPPED: GPU test '%s' needs %d CUDA devices; this machine has %d\n",
+                run.name.c_str(), c.gpus, devices);
     return kSkip;
   }
-  std::printf("%s: %s\n", c.name, c.what);
+  if (c.pid_namespace) {
+    std::string why;
+    if (!pid_namespace_available(&why)) {
+      std::printf("SKIPPED: GPU test '%s' needs a PID namespace for its reader; unshare said: %s\n",
+                  run.name.c_str(), why.c_str());
+      return kSkip;
+    }
+  }
+  std::printf("%s: %s (path: %s)\n", run.name.c_str(), c.what,
+              run.path == Path::automatic ? "Backend::cuda, the producer chooses"
+                                          : to_string(backend_of(run.path)));
   std::fflush(stdout);
-  const std::string channel = std::string("gpu-") + c.name + "-" + std::to_string(getpid());
+  const std::string channel =
+      std::string("gpu-") + c.name + "-" + path_suffix(run.path) + "-" + std::to_string(getpid());
   const std::string name(c.name);
   bool ok = true;
   auto expect = [&](bool cond, const char* what) {
@@ -481,12 +661,12 @@ int run_case(const Case& c) {
   };
 
   if (name == "peer_reader" || name == "visible_devices") {
-    Child prod = spawn("producer", c, channel, 1);
+    Child prod = spawn("producer", run, channel, 1);
     expect(wait_for(prod, 'P', 60s), "the producer started");
     if (name == "peer_reader") {
       int can = 0;
       CUDA_OK(cudaDeviceCanAccessPeer(&can, 0, 1));
-      Child rd = spawn("reader", c, channel, 0);
+      Child rd = spawn("reader", run, channel, 0);
       const int rc = finish(rd, 90s);
       if (can != 0) {
         expect(rc == kPass, "a reader on device 0 reads device 1's frames through peer access");
@@ -496,10 +676,10 @@ int run_case(const Case& c) {
       if (rc != kPass) kill(prod.pid, SIGTERM);
     } else {
       // This process's device 1 is ordinal 0 for a reader that sees only it.
-      Child hidden = spawn("reader", c, channel, -1, "0");
+      Child hidden = spawn("reader", run, channel, -1, "0");
       expect(finish(hidden, 60s) == kAttachRefused,
              "a reader that cannot see the frames' GPU is refused with a clear error");
-      Child renumbered = spawn("reader", c, channel, 0, "1");
+      Child renumbered = spawn("reader", run, channel, 0, "1");
       expect(finish(renumbered, 90s) == kPass, "a reader seeing the GPU as ordinal 0 reads it");
     }
     const int rc = finish(prod, 90s);
@@ -508,7 +688,7 @@ int run_case(const Case& c) {
     return ok ? kPass : kFail;
   }
 
-  Child prod = spawn("producer", c, channel, 0);
+  Child prod = spawn("producer", run, channel, 0);
   expect(wait_for(prod, 'P', 60s), "the producer started");
   const bool kill_case = name.rfind("reader_killed", 0) == 0;
   std::string uuid;  // uuid_visible: the reader sees the GPU only by its UUID
@@ -526,22 +706,54 @@ int run_case(const Case& c) {
     std::printf("uuid_visible: CUDA_VISIBLE_DEVICES=%s\n", uuid.c_str());
   }
   if (c.takeover) {
-    Child rd = spawn("reader", c, channel, 0);
+    Child rd = spawn("reader", run, channel, 0);
     expect(wait_for(rd, 'A', 60s), "the reader attached");
     std::this_thread::sleep_for(700ms);  // about 140 of its 300 frames, at 5 ms
     kill(prod.pid, SIGKILL);
     (void)finish(prod, 30s);
     std::printf("takeover: first producer SIGKILLed; starting its successor\n");
-    Child next = spawn("producer", c, channel, 0);
+    Child next = spawn("producer", run, channel, 0);
     expect(wait_for(next, 'P', 60s), "the successor took the channel over");
     expect(finish(rd, 120s) == kPass, "the reader verified the frames of both producers");
     expect(finish(next, 120s) == kPass, "the successor finished");
     remove_channel(channel, true);
     return ok ? kPass : kFail;
   }
+  if (c.pid_namespace && run.path == Path::legacy) {
+    // Legacy CUDA IPC cannot serve a reader in another PID namespace: the expected outcome is a
+    // refusal at attach whose message names the PID namespace (PASS). Any other clean outcome is
+    // recorded as an ANSWER (what this driver does); corrupted frames, a crash or a hang fail.
+    Child rd = spawn("reader", run, channel, 0);
+    const int rc = finish(rd, 90s);
+    kill(prod.pid, SIGTERM);
+    (void)finish(prod, 30s);
+    switch (rc) {
+      case kRefusedPidNamespace:
+        std::printf("pid namespace: the legacy attach was refused naming the PID namespace\n");
+        break;
+      case kAttachRefused:
+      case kFail:
+        std::printf(
+            "ANSWER: legacy CUDA IPC with the reader in its own PID namespace: it %s (exit %d), "
+            "but its message does not name the PID namespace (the reader's lines above)\n",
+            rc == kAttachRefused ? "was refused at attach as unsupported" : "failed", rc);
+        break;
+      case kPass:
+        std::printf(
+            "ANSWER: legacy CUDA IPC worked for a reader in its own PID namespace on this "
+            "driver: it verified every frame\n");
+        break;
+      default:
+        expect(false,
+               "the legacy reader in its own PID namespace is refused or fails cleanly "
+               "(no corrupted frame, crash or hang)");
+    }
+    remove_channel(channel, true);
+    return ok ? kPass : kFail;
+  }
   std::vector<Child> readers;
   for (std::uint32_t i = 0; i < c.readers / c.per_process; ++i) {
-    readers.push_back(spawn(kill_case ? "victim" : "reader", c, channel, 0,
+    readers.push_back(spawn(kill_case ? "victim" : "reader", run, channel, 0,
                             uuid.empty() ? nullptr : uuid.c_str()));
   }
   if (kill_case) {
@@ -555,7 +767,7 @@ int run_case(const Case& c) {
     // dead reader's entry, reaping it as it does), while the dead context may still hold queued
     // fence writes.
     std::optional<Child> successor;
-    if (name == "reader_killed_successor") successor = spawn("reader", c, channel, 0);
+    if (name == "reader_killed_successor") successor = spawn("reader", run, channel, 0);
     const int rc = finish(prod, 75s);
     const double took = std::chrono::duration<double>(Clock::now() - t0).count();
     std::printf("kill: the producer finished %.2f s after the reader was killed (exit %d): %s\n",
@@ -646,19 +858,26 @@ int main(int argc, char** argv) {
     return kPass;
   }
   if (argc >= 2 && std::strcmp(argv[1], "--list") == 0) {
-    for (const Case& c : kCases) std::printf("%-22s %s\n", c.name, c.what);
+    for (const Case& c : kCases) std::printf("%-24s %s\n", c.name, c.what);
+    std::printf(
+        "\nEvery case runs on either CUDA path: <case>@legacy (Backend::cuda_legacy) or "
+        "<case>@vmm\n"
+        "(Backend::cuda_vmm), and the producer and readers fail the case if the channel took the\n"
+        "other path; <case> alone uses Backend::cuda (the producer chooses) and prints the path\n"
+        "taken. vmm_pid_namespace alone is @vmm; vmm_pid_namespace@legacy expects the refusal.\n");
     return kPass;
   }
   if (argc >= 7 && std::strcmp(argv[1], "--role") == 0) {
-    const Case* c = find_case(argv[3]);
-    if (c == nullptr) return kUsage;
+    const Run run = parse_run(argv[3]);
+    if (run.c == nullptr) return kUsage;
+    const Case& c = *run.c;
     const std::string role = argv[2];
     const int fd = std::atoi(argv[5]);
     const int device = std::atoi(argv[6]);
     try {
-      if (role == "producer") return producer_role(*c, argv[4], fd, device);
-      if (role == "reader") return reader_role(*c, argv[4], fd, device, false);
-      if (role == "victim") return reader_role(*c, argv[4], fd, device, true);
+      if (role == "producer") return producer_role(c, run.path, argv[4], fd, device);
+      if (role == "reader") return reader_role(c, run.path, argv[4], fd, device, false);
+      if (role == "victim") return reader_role(c, run.path, argv[4], fd, device, true);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: %s\n", role.c_str(), e.what());
       return kFail;
@@ -666,9 +885,10 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   if (argc == 2) {
-    if (const Case* c = find_case(argv[1])) return run_case(*c);
+    const Run run = parse_run(argv[1]);
+    if (run.c != nullptr) return run_case(run);
   }
-  std::fprintf(stderr, "usage: %s <case> | --list\n", argv[0]);
+  std::fprintf(stderr, "usage: %s <case>[@legacy|@vmm] | --list | --probe\n", argv[0]);
   return kUsage;
 }
 
