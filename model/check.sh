@@ -61,6 +61,10 @@ cases=(
   "broken-close-lease-first|never_freed_while_mapped|-DBROKEN_LEASE_FIRST|||close.pml"
   "broken-close-clear-first|never_freed_while_mapped|-DBROKEN_CLEAR_FIRST|||close.pml"
   "broken-close-no-wait|never_freed_while_mapped|-DBROKEN_NO_WAIT|||close.pml"
+  "vmm-fill|pass||||fill.pml"
+  "broken-fill-write-first|complete_when_told|-DBROKEN_WRITE_FIRST|||fill.pml"
+  "broken-fill-no-watchdog|no_stream_waits_forever|-DBROKEN_NO_WATCHDOG|||fill.pml"
+  "broken-fill-once|no_stream_waits_forever|-DBROKEN_ONCE|||fill.pml"
 )
 long_cases=(
   "reader-death-3slots|pass|-DNS=3 -DMAXSEQ=4 -DRDIE=1 -DRDIEMASK=1 -DLIVES=2|-w27"

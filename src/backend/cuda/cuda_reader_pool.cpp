@@ -514,36 +514,46 @@ bool CudaReaderPool::watch_fills() noexcept {
   bool waiting = false;
   bool died = false;
   bool asked = false;
+  const auto producer_dead = [&] {
+    if (!asked) {
+      died = producer_died_ && producer_died_();
+      asked = true;
+    }
+    return died;
+  };
   for (std::uint32_t i = 0; i < slots_; ++i) {
     std::uint64_t w = fill_waits_[i].load(std::memory_order_acquire);
     if (w == 0) continue;
     std::atomic<std::uint64_t>& word = view_.cuda_slot(i).filled;
     const std::uint64_t target = w - 1;
-    if (static_cast<std::int64_t>(word.load(std::memory_order_acquire) - target) >= 0) {
-      (void)fill_waits_[i].compare_exchange_strong(w, 0, std::memory_order_acq_rel);
+    std::uint64_t cur = word.load(std::memory_order_acquire);
+    if (static_cast<std::int64_t>(cur - target) >= 0) {
+      // Reached. A live producer's writes only grow the word: the wait is over. A dead one's
+      // late write (of the frame before ours, still behind in its stream) may lower a raised
+      // word again: keep watching (model/fill.pml, BROKEN_ONCE).
+      if (!producer_dead()) (void)fill_waits_[i].compare_exchange_strong(w, 0);
       continue;
     }
-    if (!asked) {
-      died = producer_died_ && producer_died_();
-      asked = true;
-    }
-    if (!died) {
+    if (!producer_dead()) {
       waiting = true;
       continue;
     }
     // The producer died with this fill queued: its stream will never write the word. Raise it so
-    // our stream's wait ends (release: a CPU store the GPU reads; a fill that still lands writes
-    // a smaller value, which also satisfies our target, which is its own sequence).
-    std::uint64_t cur = word.load(std::memory_order_relaxed);
-    while (static_cast<std::int64_t>(cur - target) < 0 &&
-           !word.compare_exchange_weak(cur, kFilledAbandoned, std::memory_order_release,
-                                       std::memory_order_relaxed)) {
+    // our stream's wait ends (release: a CPU store the GPU reads; never lowers it).
+    bool raised = false;
+    while (static_cast<std::int64_t>(cur - target) < 0) {
+      if (word.compare_exchange_weak(cur, kFilledAbandoned, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+        raised = true;
+        break;
+      }
     }
-    (void)fill_waits_[i].compare_exchange_strong(w, 0, std::memory_order_acq_rel);
-    log_.note(
-        "the producer died before its GPU finished this frame; the frame this reader's stream "
-        "waited for is incomplete, and the wait was ended",
-        i);
+    if (raised) {
+      log_.note(
+          "the producer died before its GPU finished this frame; the frame this reader's stream "
+          "waited for is incomplete, and the wait was ended",
+          i);
+    }
   }
   return waiting;
 }
