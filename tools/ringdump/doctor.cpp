@@ -632,7 +632,7 @@ Finding check_gpu_path(const ipcring::CudaProbe& probe, const std::optional<Snap
       std::vector<std::string> why_not = {
           "the producer took " + std::string(ipcring::to_string(path)) + " for " + name +
           " (its request, or Backend::cuda's choice on its device: VMM wherever it is offered)"};
-      for (const auto& w : refusals_of(other)) why_not.push_back("and here: " + w);
+      for (const auto& w : refusals_of(other)) why_not.push_back("here too, " + w);
       p.not_chosen[backend_of(other)] = why_not;
       f.summary = name + " carries GPU frames over " + path_words(path);
       const std::vector<std::string> here = refusals_of(path);
