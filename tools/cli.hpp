@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ipcring/ipcring.hpp"
 
@@ -89,6 +90,20 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
   return std::nullopt;
+}
+
+// One of `names`: "OPTION: 'TEXT' is not one of a, b, c" otherwise.
+inline CLI::Validator one_of(std::vector<std::string> names) {
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return CLI::Validator(
+      [names, list](std::string& v) {
+        for (const auto& n : names) {
+          if (v == n) return std::string();
+        }
+        return "'" + v + "' is not one of " + list;
+      },
+      "", "");
 }
 
 // The exit status for an error the library refused with.

@@ -1,6 +1,8 @@
 // ringpub — publishes frames whose payload is derived from their sequence number, or with
 // --from, the arrays of .npy files and the bytes of raw files (one file, or a directory's files in
-// name order, over and over), typed from the .npy header or --dtype/--shape.
+// name order, over and over), typed from the .npy header or --dtype/--shape. With --backend cuda,
+// cuda_legacy or cuda_vmm it makes a CUDA channel and publishes its frames unwritten (described,
+// sequenced, timed): the channel's path, mapping and flow for readers to try.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -139,6 +141,7 @@ int run(int argc, char** argv) {
   std::string dtype = "uint8";
   std::string shape;
   std::string image;
+  std::string backend = "host";
   app.add_option("name", name, "Channel name (at most 200: parts of [A-Za-z0-9_.-] separated by /)")
       ->required();
   app.add_option("--slots", cfg.slots, "Frame buffers in the pool")
@@ -199,8 +202,29 @@ int run(int argc, char** argv) {
                    ? std::string()
                    : "--image " + v + ": want WxHxC, e.g. 640x480x3 (C at most 4)";
       });
+  app.add_option("--backend", backend,
+                 "host (shared memory), or a CUDA channel: cuda (the producer chooses how the GPU "
+                 "buffers reach readers: CUDA VMM where the device offers it, else legacy CUDA "
+                 "IPC), cuda_legacy or cuda_vmm (that path, or refused with the reason). ringpub "
+                 "runs no GPU work: a CUDA channel's frames are published unwritten, with their "
+                 "tensor, sequence and capture time")
+      ->check(ipcring::tools::one_of({"host", "cuda", "cuda_legacy", "cuda_vmm"}));
+  app.add_option("--cuda-device", cfg.cuda_device, "CUDA channels: the device's ordinal here")
+      ->check(ipcring::tools::count(0, INT32_MAX));
   if (const auto rc = ipcring::tools::parse(app, argc, argv)) return *rc;
   cfg.mode = mode;
+  cfg.backend = backend == "cuda"          ? ipcring::Backend::cuda
+                : backend == "cuda_legacy" ? ipcring::Backend::cuda_legacy
+                : backend == "cuda_vmm"    ? ipcring::Backend::cuda_vmm
+                                           : ipcring::Backend::host;
+  const bool on_gpu = ipcring::is_cuda(cfg.backend);
+  if (on_gpu && !from.empty()) {
+    std::fprintf(stderr,
+                 "ringpub: --from %s with --backend %s: ringpub writes no GPU memory (it runs no "
+                 "GPU work); publish files into a host channel\n",
+                 from.c_str(), backend.c_str());
+    return ipcring::tools::kExitUsage;
+  }
   ipcring::TensorDesc tensor = ipcring::pattern::tensor(cfg.frame_bytes);
   if (!image.empty()) {
     unsigned w = 0, h = 0, c = 0;
@@ -249,6 +273,17 @@ int run(int argc, char** argv) {
   } catch (const ipcring::Error& e) {
     return ipcring::tools::report("ringpub", e);
   }
+  if (on_gpu) {
+    try {
+      std::fprintf(stderr,
+                   "ringpub: %s: a CUDA channel on device %d over %s; its frames are published "
+                   "unwritten (ringpub runs no GPU work)\n",
+                   name.c_str(), cfg.cuda_device,
+                   ipcring::to_string(ipcring::inspect(name).cuda_path));
+    } catch (const ipcring::Error& e) {
+      return ipcring::tools::report("ringpub", e);
+    }
+  }
   if (!cfg.loan_never_fails()) {
     std::fprintf(stderr,
                  "ringpub: note: slots=%u < max_readers*max_held+2=%u; loans can fail when "
@@ -274,7 +309,9 @@ int run(int argc, char** argv) {
       continue;
     }
     std::size_t bytes = cfg.frame_bytes;
-    if (sources.empty()) {
+    if (on_gpu) {
+      loan->set_tensor(tensor);  // device memory: described, not written
+    } else if (sources.empty()) {
       ipcring::pattern::fill(loan->data(), cfg.frame_bytes, loan->sequence());
       // Describe the frame (uint8 bytes, or an image) and when it was made, so readers and
       // ringdump see both.

@@ -2,13 +2,16 @@
 // probe sees it (ringdump doctor).
 //
 // probe_cuda() loads the CUDA backend module as Backend::cuda would, counts the devices and, for
-// each, reads the attributes the backend depends on and lists every reason the backend would
-// refuse it. It creates no allocation, event or stream; it never throws.
+// each, reads the attributes the backend depends on, lists every reason each way of sharing GPU
+// memory (legacy CUDA IPC, CUDA VMM) would be refused, and says which one a Backend::cuda producer
+// would take there and why. It creates no allocation, event or stream; it never throws.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "ipcring/config.hpp"
 
 namespace ipcring {
 
@@ -23,11 +26,18 @@ struct CudaDeviceProbe {
   std::optional<bool> stream_mem_ops_64;
   std::optional<int> compute_mode;  // 0 default, 2 prohibited, 3 exclusive-process
   // CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: CUDA VMM allocations can be
-  // shared as file descriptors (what a VMM path needs; not yet a backend of this version).
+  // shared as file descriptors (what the VMM path needs).
   std::optional<bool> vmm_posix_fd;
   // Legacy CUDA IPC (cudaIpcGetMemHandle, IPC events, release fences): usable when empty; else
   // every reason it is not, each naming the device and the alternative.
   std::vector<std::string> legacy_ipc_refusals;
+  // CUDA VMM (allocations shared as file descriptors over the channel's socket): usable when
+  // empty; else every reason it is not.
+  std::vector<std::string> vmm_refusals;
+  // The path a Backend::cuda producer would take on this device (none: it would be refused), and
+  // why, in one sentence.
+  CudaPath path = CudaPath::none;
+  std::string path_reason;
 };
 
 struct CudaProbe {

@@ -85,8 +85,11 @@ std::uint32_t config_u32(std::int64_t v, const std::string& channel, const char*
 Backend parse_backend(const std::string& s, const std::string& channel) {
   if (s == "host") return Backend::host;
   if (s == "cuda") return Backend::cuda;
-  raise_errc(Errc::invalid_config,
-             channel_prefix(channel) + "backend='" + s + "': expected 'host' or 'cuda'");
+  if (s == "cuda_legacy") return Backend::cuda_legacy;
+  if (s == "cuda_vmm") return Backend::cuda_vmm;
+  raise_errc(Errc::invalid_config, channel_prefix(channel) + "backend='" + s +
+                                       "': expected 'host', 'cuda' (the producer chooses the "
+                                       "CUDA path), 'cuda_legacy' or 'cuda_vmm'");
 }
 
 py::object shape_tuple(const std::optional<TensorDesc>& t) {

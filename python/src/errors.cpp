@@ -29,9 +29,12 @@ void fill(std::array<PyObject*, kMaxCode>& table, const py::dict& by_value) {
 }  // namespace
 
 std::string python_spelling(Errc code, std::string message) {
-  // The library speaks C++ (Backend::host); a Python user passes backend='host'.
+  // The library speaks C++ (Backend::host); a Python user passes backend='host'. The longer
+  // names first: "Backend::cuda" is the start of "Backend::cuda_vmm".
   for (const auto& [cpp, py] :
        {std::pair<const char*, const char*>{"Backend::host", "backend='host'"},
+        {"Backend::cuda_legacy", "backend='cuda_legacy'"},
+        {"Backend::cuda_vmm", "backend='cuda_vmm'"},
         {"Backend::cuda", "backend='cuda'"}}) {
     const std::string from = cpp;
     for (auto at = message.find(from); at != std::string::npos;

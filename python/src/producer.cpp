@@ -71,8 +71,10 @@ class PyProducer {
     c.allow_gids = id_list(allow_gids, name, "allow_gids");
     validate_name(name);
     state_->name = name;
-    state_->backend = c.backend;
-    state_->device = device_for_backend(c.backend, cuda_device, name);
+    // The channel's backend (host or cuda): a pinned CUDA path is a request of create, and the
+    // frames of all three CUDA requests are device memory alike.
+    state_->backend = is_cuda(c.backend) ? Backend::cuda : Backend::host;
+    state_->device = device_for_backend(state_->backend, cuda_device, name);
     py::gil_scoped_release nogil;  // create may wait on a prober for a few milliseconds
     state_->producer.emplace(Producer::create(name, c));
   }

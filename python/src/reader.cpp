@@ -265,6 +265,10 @@ PermissionDenied before anything is mapped.
       .def_property_readonly("name", &PyReader::name)
       .def_property_readonly("policy", &PyReader::policy)
       .def_property_readonly("backend", &PyReader::backend)
+      .def_property_readonly(
+          "cuda_path", [](PyReader& r) { return to_string(r.open().cuda_path()); },
+          "how a CUDA channel's buffers reach this reader: 'legacy_ipc' or 'vmm'; 'none' for a "
+          "host channel")
       .def_property_readonly("index", [](PyReader& r) { return r.open().index(); })
       .def_property_readonly(
           "held", [](PyReader& r) { return r.open().held(); },

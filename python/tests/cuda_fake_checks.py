@@ -562,6 +562,35 @@ def check_observer_refused_on_cuda_channel(channel):
             assert not r.observer
 
 
+def check_legacy_path_without_vmm_descriptors(channel):
+    # A device that cannot export VMM memory as descriptors: backend="cuda" takes legacy CUDA
+    # IPC, and the path is said by the reader and inspect() alike.
+    os.environ["IPCRING_FAKE_CUDA_DEVICE"] = "vmm_posix_fd=0"
+    with ipcring.Producer(channel, slots=3, max_readers=1, max_held=1, frame_bytes=4096,
+                          backend="cuda") as p, ipcring.Reader(channel) as r:
+        assert p.backend == "cuda" and r.backend == "cuda"
+        assert r.cuda_path == "legacy_ipc"
+        assert ipcring.inspect(channel)["cuda_path"] == "legacy_ipc"
+        publish(p)
+        f = r.read(timeout=1)
+        assert ctypes.string_at(f.address, len(FRAME)) == FRAME
+        f.release()
+
+
+def check_pinned_legacy_refused_on_integrated_gpu(channel):
+    # A Jetson-like device (the fake's integrated attribute): legacy CUDA IPC is refused at
+    # create, the reason naming the fix in Python's words (backend='cuda_vmm', not Backend::...).
+    os.environ["IPCRING_FAKE_CUDA_DEVICE"] = "integrated=1"
+    try:
+        ipcring.Producer(channel, frame_bytes=4096, backend="cuda_legacy")
+        raise AssertionError("legacy CUDA IPC accepted on an integrated GPU")
+    except ipcring.Unsupported as e:
+        text = str(e)
+        assert channel in text and "integrated GPU" in text, text
+        assert "backend='cuda_vmm', or backend='cuda'" in text, text
+        assert "Backend::" not in text, text
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 if __name__ == "__main__":

@@ -6,15 +6,20 @@
 // simulated machine with one GPU: device memory is host memory, streams are queues the test
 // controls. The Python tests (python/tests/cuda_fake_checks.py) drive the Python module's CUDA
 // frame path through it and use the C functions below, through ctypes, to make streams, launch
-// kernels that wait until finished, and count calls. Never installed; nothing else loads it.
+// kernels that wait until finished, and count calls. The tools' tests (tests/tools/
+// doctor_test.cpp, ringdump_test.cpp) point ringdump and producer children at it, with the
+// device's attributes from $IPCRING_FAKE_CUDA_DEVICE. Never installed; nothing else loads it.
 //
 // One process of the simulated machine: a Producer and a Reader of the same real process find
 // each other through the pool's same-process registry (docs/cuda.md, "Same process"), so the
 // mapping path across simulated processes is left to tests/unit/cuda_pool_test.cpp.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "backend/cuda/cuda_plugin.hpp"
 #include "unit/fake_cuda.hpp"
@@ -22,18 +27,77 @@
 namespace {
 
 using ipcring::test::FakeCuda;
+using ipcring::test::FakeDevice;
 using ipcring::test::FakeGpuWorld;
 using ipcring::test::FakeOp;
 
-FakeCuda& fake() {
+// The simulated GPU: device(0xa1) with the attributes $IPCRING_FAKE_CUDA_DEVICE sets, a comma-
+// separated list of NAME=0|1 (integrated, unified_addressing, ipc_events, host_register,
+// stream_mem_ops, vmm_posix_fd) and compute_mode=N, e.g. "integrated=1" for a Jetson-like device
+// or "vmm_posix_fd=0" for a driver without VMM descriptors. Empty `why` when it was understood.
+FakeDevice configured_device(std::string& why) {
+  FakeDevice d = FakeGpuWorld::device(0xa1);
+  const char* env = std::getenv("IPCRING_FAKE_CUDA_DEVICE");  // NOLINT(concurrency-mt-unsafe)
+  const std::string spec = env != nullptr ? env : "";
+  std::size_t start = 0;
+  while (start < spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', start), spec.size());
+    const std::string item = spec.substr(start, comma - start);
+    start = comma + 1;
+    const std::size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    bool* flag = key == "integrated"           ? &d.integrated
+                 : key == "unified_addressing" ? &d.unified_addressing
+                 : key == "ipc_events"         ? &d.ipc_events
+                 : key == "host_register"      ? &d.host_register
+                 : key == "stream_mem_ops"     ? &d.stream_mem_ops
+                 : key == "vmm_posix_fd"       ? &d.vmm_posix_fd
+                                               : nullptr;
+    if (flag != nullptr && (value == "0" || value == "1")) {
+      *flag = value == "1";
+    } else if (key == "compute_mode" && (value == "0" || value == "2" || value == "3")) {
+      d.compute_mode = value[0] - '0';
+    } else {
+      why = "IPCRING_FAKE_CUDA_DEVICE: '" + item +
+            "' is not NAME=0|1 (integrated, unified_addressing, ipc_events, host_register, "
+            "stream_mem_ops, vmm_posix_fd) or compute_mode=0|2|3";
+      return d;
+    }
+  }
+  return d;
+}
+
+std::string& config_problem() {
+  static std::string problem;
+  return problem;
+}
+
+FakeCuda* make_process() {
+  std::string why;
+  const FakeDevice device = configured_device(why);
+  if (!why.empty()) {
+    config_problem() = why;
+    return nullptr;
+  }
   // Never destroyed: pools and the loader keep using it until the process exits.
-  static FakeCuda* const process = [] {
-    auto* world =
-        new std::shared_ptr<FakeGpuWorld>(FakeGpuWorld::make({FakeGpuWorld::device(0xa1)}));
-    auto* p = new std::shared_ptr<FakeCuda>((*world)->process());
-    return p->get();
-  }();
-  return *process;
+  auto* world = new std::shared_ptr<FakeGpuWorld>(FakeGpuWorld::make({device}));
+  auto* p = new std::shared_ptr<FakeCuda>((*world)->process());
+  return p->get();
+}
+
+FakeCuda* fake_or_null() {
+  static FakeCuda* const process = make_process();
+  return process;
+}
+
+FakeCuda& fake() {
+  FakeCuda* p = fake_or_null();
+  if (p == nullptr) {
+    std::fprintf(stderr, "fake CUDA: %s\n", config_problem().c_str());
+    std::abort();
+  }
+  return *p;
 }
 
 FakeOp op_named(const char* name) {
@@ -67,7 +131,9 @@ IPCRING_FAKE_EXPORT ipcring::detail::CudaApi* ipcring_cuda_plugin_api(unsigned a
     if (why != nullptr) *why = "ABI mismatch (the fake CUDA module of another ipcring version)";
     return nullptr;
   }
-  return &fake();
+  FakeCuda* p = fake_or_null();
+  if (p == nullptr && why != nullptr) *why = config_problem().c_str();
+  return p;
 }
 
 // A stream of the simulated process (blocking unless `nonblocking`), as the integer DLPack and

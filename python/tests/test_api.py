@@ -309,6 +309,28 @@ def test_messages_speak_python_and_say_what_to_do(channel):
         pytest.skip("backend='cuda' works here: no refusal to read")
 
 
+def test_backend_names(channel):
+    # The three CUDA requests are backend names the module knows (no GPU here: each is refused
+    # as unsupported, not as an unknown name); anything else lists them all.
+    with pytest.raises(ipcring.InvalidConfig) as e:
+        ipcring.Producer(channel, frame_bytes=64, backend="cuda-vmm")
+    assert channel in str(e.value) and "backend='cuda-vmm'" in str(e.value)
+    assert "'host', 'cuda' (the producer chooses the CUDA path), 'cuda_legacy' or 'cuda_vmm'" \
+        in str(e.value)
+    for name in ("cuda", "cuda_legacy", "cuda_vmm"):
+        try:
+            ipcring.Producer(channel, frame_bytes=64, backend=name).close()
+        except ipcring.Unsupported as u:
+            assert "Backend::" not in str(u), str(u)
+        else:
+            pytest.skip("backend='%s' works here" % name)
+    # A host channel has no CUDA path.
+    with ipcring.Producer(channel, frame_bytes=64) as p, ipcring.Reader(channel) as r:
+        assert p.backend == r.backend == "host"
+        assert r.cuda_path == "none"
+        assert ipcring.inspect(channel)["cuda_path"] == "none"
+
+
 def test_exception_hierarchy_matches_cpp():
     cpp_errc = ipcring._ipcring._cpp_errc_names()
     assert {m.value: m.name for m in ipcring.Errc} == cpp_errc

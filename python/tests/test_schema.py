@@ -39,4 +39,8 @@ def test_inspect_and_ringdump_json_share_the_schema(channel, ringdump):
         assert j["slots"][frame.slot]["reader_indices"] == held["reader_indices"] == [r.index]
         assert j["slots"][frame.slot]["sequence"] == held["sequence"] == frame.sequence
         assert d["readers"][0]["delay_count"] == j["readers"][0]["delay_count"] == 1
+        # The CUDA path is a schema field (not derived): "none" for a host channel, in both.
+        assert "cuda_path" not in DERIVED["top"]
+        assert j["backend"] == d["backend"] == "host"
+        assert j["cuda_path"] == d["cuda_path"] == "none"
         frame.release()

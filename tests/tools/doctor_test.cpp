@@ -286,3 +286,194 @@ TEST_CASE("doctor: RemoveIPC from logind.conf and its drop-ins, for a regular us
     CHECK(contains(c["summary"], "system user"));
   }
 }
+
+// ---- the GPU path on fake devices ---------------------------------------------------------------
+// ringdump runs on the fake CUDA module (IPCRING_CUDA_PLUGIN), its one device's attributes set by
+// IPCRING_FAKE_CUDA_DEVICE (python/tests/fake_cuda_plugin.cpp).
+
+#ifdef FAKE_CUDA_PLUGIN_PATH
+namespace {
+
+std::string on_fake(const std::string& device, const std::string& dir) {
+  return "IPCRING_CUDA_PLUGIN=" + std::string(FAKE_CUDA_PLUGIN_PATH) +
+         " IPCRING_FAKE_CUDA_DEVICE=" + device + " IPCRING_DIR=" + dir + " exec $RD doctor";
+}
+
+const Json& device0(const Json& j) {
+  const Json& cuda = check_of(j, "cuda");
+  INFO(cuda.dump(2));
+  REQUIRE(cuda["values"]["module_loaded"] == true);
+  REQUIRE(cuda["values"]["devices"].size() == 1);
+  return cuda["values"]["devices"][0];
+}
+
+bool any_contains(const Json& list, const std::string& what) {
+  for (const auto& s : list) {
+    if (contains(s, what)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+#endif
+
+TEST_CASE(
+    "doctor: a device without VMM descriptors: Backend::cuda takes legacy CUDA IPC, and why") {
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): not run");
+#else
+  PrivateDir dir;
+  const ToolResult r = in_setup({}, on_fake("vmm_posix_fd=0", dir.path) + " --json");
+  const Json j = validated(r);
+  CHECK(r.rc == 0);
+  const Json& dev = device0(j);
+  CHECK(dev["vmm_posix_fd"] == false);
+  CHECK(dev["path"] == "legacy_ipc");
+  CHECK(contains(dev["path_reason"],
+                 "legacy CUDA IPC (readers must share the producer's PID "
+                 "namespace), because CUDA VMM cannot be used"));
+  CHECK(contains(dev["path_reason"], "cannot export CUDA VMM allocations as file descriptors"));
+  CHECK(dev["legacy_ipc_refusals"].empty());
+  REQUIRE(dev["vmm_refusals"].size() == 1);
+  CHECK(contains(dev["vmm_refusals"][0], "CUDA device 0 cannot export CUDA VMM allocations"));
+  const Json& path = check_of(j, "gpu_path");
+  CHECK(path["level"] == "ok");
+  CHECK(path["values"]["chosen"] == "cuda_legacy");
+  CHECK(path["values"]["cuda_path"] == "legacy_ipc");
+  CHECK(path["values"]["reason"] == dev["path_reason"]);
+  CHECK(path["values"]["not_chosen"]["cuda_vmm"] == dev["vmm_refusals"]);
+  CHECK_FALSE(path["values"]["not_chosen"].contains("cuda_legacy"));
+  CHECK(contains(path["summary"], "would use legacy CUDA IPC"));
+
+  const ToolResult text = in_setup({}, on_fake("vmm_posix_fd=0", dir.path));
+  INFO(describe(text));
+  CHECK(text.rc == 0);
+  CHECK(text.out.find("VMM descriptors no") != std::string::npos);
+  CHECK(text.out.find("Backend::cuda on device 0: legacy_ipc, legacy CUDA IPC") !=
+        std::string::npos);
+  CHECK(text.out.find("cuda_vmm not used: CUDA device 0 cannot export CUDA VMM allocations") !=
+        std::string::npos);
+#endif
+}
+
+TEST_CASE("doctor: an integrated device: Backend::cuda takes CUDA VMM, and why not legacy IPC") {
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): not run");
+#else
+  PrivateDir dir;
+  const ToolResult r = in_setup({}, on_fake("integrated=1", dir.path) + " --json");
+  const Json j = validated(r);
+  CHECK(r.rc == 0);
+  const Json& dev = device0(j);
+  CHECK(dev["integrated"] == true);
+  CHECK(dev["path"] == "vmm");
+  CHECK(contains(dev["path_reason"], "exports CUDA VMM allocations as file descriptors"));
+  CHECK(dev["vmm_refusals"].empty());
+  CHECK(any_contains(dev["legacy_ipc_refusals"], "is an integrated GPU"));
+  const Json& path = check_of(j, "gpu_path");
+  CHECK(path["level"] == "ok");
+  CHECK(path["values"]["chosen"] == "cuda_vmm");
+  CHECK(path["values"]["cuda_path"] == "vmm");
+  CHECK(path["values"]["not_chosen"]["cuda_legacy"] == dev["legacy_ipc_refusals"]);
+  CHECK(contains(path["summary"], "would use CUDA VMM"));
+
+  const ToolResult text = in_setup({}, on_fake("integrated=1", dir.path));
+  INFO(describe(text));
+  CHECK(text.rc == 0);
+  CHECK(text.out.find("integrated yes") != std::string::npos);
+  CHECK(text.out.find("Backend::cuda on device 0: vmm, CUDA device 0 exports CUDA VMM") !=
+        std::string::npos);
+  CHECK(text.out.find("cuda_legacy not used: CUDA device 0 is an integrated GPU") !=
+        std::string::npos);
+#endif
+}
+
+TEST_CASE(
+    "doctor: a device with both paths: Backend::cuda prefers VMM; with neither it is a note") {
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): not run");
+#else
+  PrivateDir dir;
+  const Json both = validated(in_setup({}, on_fake("", dir.path) + " --json"));
+  CHECK(device0(both)["path"] == "vmm");
+  const Json& path = check_of(both, "gpu_path");
+  CHECK(path["values"]["chosen"] == "cuda_vmm");
+  REQUIRE(path["values"]["not_chosen"]["cuda_legacy"].size() == 1);
+  CHECK(contains(path["values"]["not_chosen"]["cuda_legacy"][0], "Backend::cuda prefers CUDA VMM"));
+
+  // Exclusive-process mode: neither path can serve a producer and its readers.
+  const ToolResult r = in_setup({}, on_fake("compute_mode=3", dir.path) + " --json");
+  const Json neither = validated(r);
+  CHECK(r.rc == 0);  // host channels still work
+  CHECK(device0(neither)["path"] == "none");
+  CHECK(contains(device0(neither)["path_reason"], "neither way of sharing GPU memory works"));
+  const Json& none = check_of(neither, "gpu_path");
+  CHECK(none["level"] == "note");
+  CHECK(none["values"]["chosen"] == "none");
+  CHECK(any_contains(none["values"]["not_chosen"]["cuda_legacy"], "exclusive"));
+  CHECK(any_contains(none["values"]["not_chosen"]["cuda_vmm"], "exclusive"));
+
+  // A setting the fake does not know is refused, not ignored.
+  const Json bad = validated(in_setup({}, on_fake("integrated=yes", dir.path) + " --json"));
+  CHECK(contains(check_of(bad, "cuda")["summary"], "IPCRING_FAKE_CUDA_DEVICE: 'integrated=yes'"));
+#endif
+}
+
+TEST_CASE("doctor: a legacy CUDA IPC channel across PID namespaces cannot work, and says VMM can") {
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): not run");
+#else
+  PrivateDir dir;
+  ScopedChannel ch("doctor-legacy");
+  Child producer([&](int fd) {
+    // A device without VMM descriptors: Backend::cuda takes legacy CUDA IPC.
+    // NOLINTBEGIN(concurrency-mt-unsafe): the forked child is single-threaded
+    setenv("IPCRING_CUDA_PLUGIN", FAKE_CUDA_PLUGIN_PATH, 1);
+    setenv("IPCRING_FAKE_CUDA_DEVICE", "vmm_posix_fd=0", 1);
+    // NOLINTEND(concurrency-mt-unsafe)
+    ChannelConfig c = small_config(dir.path);
+    c.backend = Backend::cuda;
+    Producer p = Producer::create(ch.name(), c);
+    test::report_value(fd, 1);
+    std::this_thread::sleep_for(2min);
+  });
+  producer.wait_report();
+  const std::string cmd = "IPCRING_CUDA_PLUGIN=" + std::string(FAKE_CUDA_PLUGIN_PATH) +
+                          " IPCRING_DIR=" + dir.path + " exec $RD doctor " + ch.name();
+
+  SUBCASE("same namespaces") {
+    const ToolResult r = in_setup({}, cmd + " --json");
+    const Json j = validated(r);
+    CHECK(r.rc == 0);
+    const Json& path = check_of(j, "gpu_path");
+    CHECK(path["values"]["chosen"] == "cuda_legacy");
+    CHECK(path["values"]["cuda_path"] == "legacy_ipc");
+    CHECK(path["values"]["not_chosen"]["host"].size() == 1);
+    CHECK(any_contains(path["values"]["not_chosen"]["cuda_vmm"], "the producer took legacy_ipc"));
+    CHECK(contains(path["summary"], ch.name() + " carries GPU frames over legacy CUDA IPC"));
+    CHECK(check_of(j, "namespaces")["level"] == "ok");
+  }
+  SUBCASE("doctor in a private PID namespace") {
+    if (!can_unshare()) {
+      MESSAGE("needs root and unshare(1): not run");
+      return;
+    }
+    const ToolResult r = in_setup({"-p", "-f", "--mount-proc"}, cmd + " --json");
+    const Json j = validated(r);
+    CHECK(r.rc == 3);
+    CHECK(j["can_work"] == false);
+    const Json& ns = check_of(j, "namespaces");
+    CHECK(ns["level"] == "problem");
+    CHECK(ns["values"]["pid"] == "different");
+    CHECK(contains(ns["summary"], ch.name() + " uses legacy CUDA IPC"));
+    CHECK(contains(ns["fix"], "--pid=host"));
+    CHECK(contains(ns["fix"], "Backend::cuda_vmm, or Backend::cuda on a device that supports VMM"));
+
+    const ToolResult text = in_setup({"-p", "-f", "--mount-proc"}, cmd);
+    INFO(describe(text));
+    CHECK(text.rc == 3);
+    CHECK(text.out.find("fix: share the producer's PID namespace") != std::string::npos);
+    CHECK(text.out.find("this setup cannot work") != std::string::npos);
+  }
+#endif
+}

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,6 +95,55 @@ TEST_CASE("counts and times: a negative or malformed value is refused with its o
     CHECK_FALSE(contains(r.err, "Could not convert"));
     CHECK_FALSE(contains(r.err, "At Most"));
   }
+}
+
+TEST_CASE("ringpub --backend: the four names, and a CUDA channel's path") {
+  const ToolResult bad = run_tool({RINGPUB_PATH, "x", "--backend", "cuda-vmm"});
+  INFO(describe(bad));
+  CHECK(bad.rc == 2);
+  CHECK(first_line(bad.err) ==
+        "ringpub: --backend: 'cuda-vmm' is not one of host, cuda, cuda_legacy, cuda_vmm");
+  const ToolResult help = run_tool({RINGPUB_PATH, "--help"});
+  CHECK(contains(help.out, "cuda_legacy or cuda_vmm"));
+  // --from writes frame bytes, which ringpub cannot do in GPU memory.
+  const ToolResult from =
+      run_tool({RINGPUB_PATH, "x", "--backend", "cuda_legacy", "--from", "/dev/null"});
+  CHECK(from.rc == 2);
+  CHECK(contains(from.err, "--from /dev/null with --backend cuda_legacy: ringpub writes no GPU"));
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): the CUDA run is not done");
+#else
+  // On the fake CUDA (a simulated GPU in ringpub's process) without VMM descriptors: cuda takes
+  // legacy CUDA IPC, said on stderr and recorded in the channel, and frames flow.
+  ScopedChannel ch("opt-backend");
+  const std::string plugin = std::string("IPCRING_CUDA_PLUGIN=") + FAKE_CUDA_PLUGIN_PATH;
+  ToolResult pub;
+  std::thread producer([&] {
+    pub = run_tool({"/usr/bin/env", plugin, "IPCRING_FAKE_CUDA_DEVICE=vmm_posix_fd=0", RINGPUB_PATH,
+                    ch.name(), "--backend", "cuda", "--frame-bytes", "4k", "--slots", "3",
+                    "--readers", "1", "--rate", "20", "--duration", "2"},
+                   std::chrono::seconds(30));
+  });
+  std::optional<ipcring::Snapshot> seen;
+  for (int i = 0; i < 150 && !seen; ++i) {
+    try {
+      seen = ipcring::inspect(ch.name());
+    } catch (const ipcring::Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  producer.join();
+  INFO(describe(pub));
+  CHECK(pub.rc == 0);
+  REQUIRE(seen);
+  CHECK(seen->backend == ipcring::Backend::cuda);
+  CHECK(seen->cuda_path == ipcring::CudaPath::legacy_ipc);
+  CHECK(contains(pub.err, "ringpub: " + ch.name() +
+                              ": a CUDA channel on device 0 over legacy_ipc; its frames are "
+                              "published unwritten"));
+  CHECK(contains(pub.out, "published="));
+  CHECK_FALSE(contains(pub.out, "published=0 "));
+#endif
 }
 
 TEST_CASE("--frame-bytes takes k, M, G and KiB, MiB, GiB: the channel has exactly that size") {

@@ -175,6 +175,7 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
     CHECK((*c)["slot_count"] == 8);
     CHECK((*c)["frame_bytes"] == 4096);
     CHECK((*c)["backend"] == "host");
+    CHECK((*c)["cuda_path"] == "none");
     CHECK((*c)["layout_version"] == layout_version());
     CHECK((*c)["mode_octal"] == "0600");
     CHECK((*c)["error"].is_null());
@@ -211,10 +212,16 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
     CHECK((*f)["pid"] == flowing.pid());
     CHECK((*f)["frames_read"].get<std::uint64_t>() > 0);
     CHECK(s["problems"].empty());
+    CHECK(s["backend"] == "host");
+    CHECK(s["cuda_path"] == "none");
 
     const ToolResult text = ringdump({"show", ch.name()});
     INFO(describe(text));
     CHECK(text.rc == 0);
+    // A host channel's header names no CUDA path.
+    CHECK(text.out.find("(layout " + std::to_string(layout_version()) + ", host backend)\n") !=
+          std::string::npos);
+    CHECK(text.out.find("cuda_path") == std::string::npos);
     CHECK(text.out.find("producer  pid " + std::to_string(producer.pid()) + " alive") !=
           std::string::npos);
     CHECK(text.out.find("held") != std::string::npos);
@@ -344,6 +351,53 @@ TEST_CASE("ringdump: list, show, watch and check a live channel") {
     CHECK(s["producer"]["pid"] == producer.pid());
     CHECK(s["producer"]["alive"] == true);
   }
+}
+
+TEST_CASE("ringdump: a CUDA channel's path in show, watch and list") {
+#ifndef FAKE_CUDA_PLUGIN_PATH
+  MESSAGE("needs the fake CUDA module (built with the Python module): not run");
+#else
+  // The producer child runs on the fake CUDA (a simulated GPU in its own process); ringdump only
+  // reads the segment, which records the path the producer's pool took.
+  ScopedChannel ch("rd-cuda-path");
+  Child producer([&](int fd) {
+    // A device without VMM descriptors: Backend::cuda takes legacy CUDA IPC.
+    // NOLINTBEGIN(concurrency-mt-unsafe): the forked child is single-threaded
+    setenv("IPCRING_CUDA_PLUGIN", FAKE_CUDA_PLUGIN_PATH, 1);
+    setenv("IPCRING_FAKE_CUDA_DEVICE", "vmm_posix_fd=0", 1);
+    // NOLINTEND(concurrency-mt-unsafe)
+    ChannelConfig c = config(4, 2);
+    c.backend = Backend::cuda;
+    Producer p = Producer::create(ch.name(), c);
+    test::report_value(fd, 1);
+    std::this_thread::sleep_for(2min);
+  });
+  producer.wait_report();
+
+  const Json s = parse_json(ringdump({"show", ch.name(), "--json", "--rate-window-ms", "0"}));
+  CHECK(s["backend"] == "cuda");
+  CHECK(s["cuda_path"] == "legacy_ipc");
+  CHECK(inspect(ch.name()).cuda_path == CudaPath::legacy_ipc);
+
+  const ToolResult text = ringdump({"show", ch.name(), "--rate-window-ms", "0"});
+  INFO(describe(text));
+  CHECK(text.rc == 0);
+  CHECK(text.out.find("(layout " + std::to_string(layout_version()) +
+                      ", cuda backend, cuda_path legacy_ipc)\n") != std::string::npos);
+  // The compact view of a small terminal says it too.
+  const ToolResult watch =
+      ringdump({"watch", ch.name(), "--count", "1", "--size", "100x8", "--interval", "0.1"});
+  INFO(describe(watch));
+  CHECK(watch.out.find(", cuda, cuda_path legacy_ipc, 4 slots of") != std::string::npos);
+
+  const Json list = parse_json(ringdump({"list", "--json"}));
+  const Json* c = find_channel(list, ch.name());
+  REQUIRE(c != nullptr);
+  CHECK((*c)["backend"] == "cuda");
+  CHECK((*c)["cuda_path"] == "legacy_ipc");
+  const ToolResult listed = ringdump({"list"});
+  CHECK(listed.out.find("cuda/legacy_ipc") != std::string::npos);
+#endif
 }
 
 TEST_CASE("ringdump: looking never changes the segment") {

@@ -135,6 +135,11 @@ TEST_CASE("format: channel prefix, octal modes, hex, enum names") {
   CHECK(format_hex(0xdeadbeefULL) == "0xdeadbeef");
   CHECK(std::string(to_string(Backend::host)) == "host");
   CHECK(std::string(to_string(Backend::cuda)) == "cuda");
+  CHECK(std::string(to_string(Backend::cuda_legacy)) == "cuda_legacy");
+  CHECK(std::string(to_string(Backend::cuda_vmm)) == "cuda_vmm");
+  CHECK(std::string(to_string(CudaPath::none)) == "none");
+  CHECK(std::string(to_string(CudaPath::legacy_ipc)) == "legacy_ipc");
+  CHECK(std::string(to_string(CudaPath::vmm)) == "vmm");
   CHECK(std::string(to_string(ReadPolicy::latest)) == "latest");
   CHECK(std::string(to_string(ReadPolicy::sequential)) == "sequential");
   CHECK(std::string(to_string(Errc::no_space)) == "no_space");
@@ -190,6 +195,7 @@ TEST_CASE("schema: ringdump --json carries every Snapshot field under its schema
   CHECK(schema.top.count("slot_count") == 1);
   CHECK(schema.top.count("slots") == 1);
   CHECK(schema.reader.count("delay_count") == 1);
+  CHECK(schema.top.count("cuda_path") == 1);
 
   const test::ToolResult shown =
       test::run_tool({RINGDUMP_PATH, "show", ch.name(), "--json", "--rate-window-ms", "0"});
@@ -201,6 +207,8 @@ TEST_CASE("schema: ringdump --json carries every Snapshot field under its schema
   check_covers(keys(j["readers"][0]), schema.reader, "reader");
   REQUIRE(j["slots"].size() == config.slots);
   CHECK(j["slot_count"] == config.slots);
+  CHECK(j["backend"] == "host");
+  CHECK(j["cuda_path"] == "none");  // a host channel: no CUDA path, said rather than left out
   const Json& slot = j["slots"][f->slot()];
   check_covers(keys(slot), schema.slot, "slot");
   CHECK(slot["dtype"] == "uint8");

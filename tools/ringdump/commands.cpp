@@ -229,6 +229,7 @@ Json listed_json(const Listed& c) {
     j["slot_count"] = s.slot_count;
     j["frame_bytes"] = s.frame_bytes;
     j["backend"] = ipcring::to_string(s.backend);
+    j["cuda_path"] = ipcring::to_string(s.cuda_path);
     j["layout_version"] = s.layout_version;
     j["segment_bytes"] = s.segment_bytes;
     j["owner_uid"] = s.owner_uid;
@@ -281,7 +282,7 @@ int cmd_list(bool json) {
              {std::to_string(alive) + "/" + std::to_string(s.readers.size())},
              {std::to_string(s.slot_count)},
              {std::to_string(s.frame_bytes)},
-             {ipcring::to_string(s.backend)},
+             {backend_cell(s)},
              {std::to_string(s.layout_version)},
              {format_bytes(s.segment_bytes)},
              {user_name(s.owner_uid)},

@@ -8,8 +8,10 @@
 //   namespaces          with a live channel: the producer's PID, network, IPC, user and mount
 //                       namespaces against ours (SO_PEERCRED on the channel's socket, /proc/PID/ns)
 //   NVIDIA driver       libcuda.so.1 loadable, /dev/nvidia* present
-//   CUDA                the backend's capability probe (ipcring::probe_cuda), per device
-//   GPU path            which path a channel uses (live) or would use, and why every other was not
+//   CUDA                the backend's capability probe (ipcring::probe_cuda), per device: both
+//                       paths' refusals, and the path Backend::cuda would take there and why
+//   GPU path            which path a channel uses (live: its cuda_path) or a Backend::cuda one
+//                       would use, and why every other was not
 //   memlock             RLIMIT_MEMLOCK
 // Exit status: 0 when the setup can work (warnings allowed), 3 when a problem stops it.
 //
@@ -387,7 +389,8 @@ bool proc_is_ours() {
   return n > 0 && std::string(buf, static_cast<std::size_t>(n)) == std::to_string(getpid());
 }
 
-Finding check_namespaces(const ipcring::NameInfo& info, std::optional<ipcring::Backend> backend,
+// `path`: the channel's CUDA path (none for a host channel, or when it could not be inspected).
+Finding check_namespaces(const ipcring::NameInfo& info, ipcring::CudaPath path,
                          const std::string& name) {
   Finding f{"namespaces", "namespaces", Level::ok, "", "", Json::object()};
   const Peer peer = producer_credentials(info.socket_path);
@@ -398,7 +401,10 @@ Finding check_namespaces(const ipcring::NameInfo& info, std::optional<ipcring::B
   }
   f.values["producer_pid_here"] = peer.pid;
   f.values["producer_uid_here"] = peer.uid;
-  const bool cuda = backend && *backend == ipcring::Backend::cuda;
+  // Legacy CUDA IPC needs the producer's PID namespace (and, NVIDIA's advice, its IPC namespace);
+  // CUDA VMM's descriptors travel over the socket like a host channel's memfds.
+  const bool legacy = path == ipcring::CudaPath::legacy_ipc;
+  const bool cuda = path != ipcring::CudaPath::none;
   std::map<std::string, std::string> state;
   std::vector<std::string> parts;
   const bool proc_ok = proc_is_ours();
@@ -430,17 +436,20 @@ Finding check_namespaces(const ipcring::NameInfo& info, std::optional<ipcring::B
     f.fix = "run both in user namespaces that map the producer's uid (or in none)";
     return f;
   }
-  if (cuda && state["pid"] == "different") {
+  if (legacy && state["pid"] == "different") {
     f.level = Level::problem;
-    f.summary +=
-        "; legacy CUDA IPC (cudaIpcOpenMemHandle) is refused between processes that do "
-        "not share a PID namespace";
+    f.summary += "; " + name +
+                 " uses legacy CUDA IPC, and cudaIpcOpenMemHandle is refused between processes "
+                 "that do not share a PID namespace";
     f.fix =
         "share the producer's PID namespace (docker run --pid=host, or "
-        "--pid=container:<producer>; Kubernetes: shareProcessNamespace or hostPID)";
+        "--pid=container:<producer>; Kubernetes: shareProcessNamespace or hostPID), or have the "
+        "producer use CUDA VMM, whose file descriptors reach readers in any PID namespace: "
+        "Backend::cuda_vmm, or Backend::cuda on a device that supports VMM (ringdump doctor on "
+        "the producer's machine says whether its device does)";
     return f;
   }
-  if (cuda && state["ipc"] == "different") {
+  if (legacy && state["ipc"] == "different") {
     f.level = Level::warning;
     f.summary += "; NVIDIA's guidance for CUDA IPC between containers is a shared IPC namespace";
     f.fix = "docker run --ipc=host, or --ipc=container:<producer>";
@@ -451,6 +460,11 @@ Finding check_namespaces(const ipcring::NameInfo& info, std::optional<ipcring::B
     f.summary +=
         "; host channels work across PID, network and IPC namespaces (the socket and "
         "memfds need only the shared channel directory)";
+  } else if (cuda && (state["pid"] != "same" || state["net"] != "same" || state["ipc"] != "same")) {
+    f.level = Level::note;
+    f.summary +=
+        "; CUDA VMM works across PID, network and IPC namespaces (its file descriptors travel "
+        "over the socket in the shared channel directory)";
   }
   return f;
 }
@@ -530,6 +544,9 @@ Finding check_cuda(const ipcring::CudaProbe& probe, const Driver& d) {
     j["compute_mode"] = dev.compute_mode ? Json(*dev.compute_mode) : Json(nullptr);
     j["vmm_posix_fd"] = opt_bool(dev.vmm_posix_fd);
     j["legacy_ipc_refusals"] = dev.legacy_ipc_refusals;
+    j["vmm_refusals"] = dev.vmm_refusals;
+    j["path"] = ipcring::to_string(dev.path);  // what Backend::cuda would take here
+    j["path_reason"] = dev.path_reason;
     devices.push_back(j);
   }
   f.values["devices"] = devices;
@@ -547,82 +564,125 @@ Finding check_cuda(const ipcring::CudaProbe& probe, const Driver& d) {
   auto yes_no = [](std::optional<bool> v) { return v ? (*v ? "yes" : "no") : "unknown"; };
   for (const auto& dev : probe.devices) {
     if (!f.summary.empty()) f.summary += "; ";
-    f.summary += "device " + std::to_string(dev.ordinal) + " " + dev.uuid +
-                 ": stream memory operations " + yes_no(dev.stream_mem_ops_64) +
-                 ", host registration " + yes_no(dev.host_register) + ", IPC events " +
-                 yes_no(dev.ipc_events) + ", integrated " + yes_no(dev.integrated) +
-                 ", VMM descriptors " + yes_no(dev.vmm_posix_fd);
+    f.summary +=
+        "device " + std::to_string(dev.ordinal) + " " + dev.uuid + ": stream memory operations " +
+        yes_no(dev.stream_mem_ops_64) + ", host registration " + yes_no(dev.host_register) +
+        ", IPC events " + yes_no(dev.ipc_events) + ", integrated " + yes_no(dev.integrated) +
+        ", VMM descriptors " + yes_no(dev.vmm_posix_fd) + "\nBackend::cuda on device " +
+        std::to_string(dev.ordinal) + ": " + ipcring::to_string(dev.path) + ", " + dev.path_reason;
   }
   return f;
 }
 
-// The paths frames can take: host (shared memory), cuda_legacy (CUDA IPC handles and events).
+// The paths frames can take, by the Backend that asks for each: host (shared memory),
+// cuda_legacy (CUDA IPC handles and events), cuda_vmm (CUDA VMM allocations as file descriptors).
 struct GpuPath {
   std::string chosen;  // what the channel uses / what Backend::cuda would use; "none"
   std::map<std::string, std::vector<std::string>> not_chosen;
 };
 
-std::vector<std::string> legacy_reasons(const ipcring::CudaProbe& probe, int device) {
-  if (!probe.module_loaded) return {"the CUDA backend module is not available"};
-  if (!probe.device_problem.empty()) return {probe.device_problem};
-  for (const auto& d : probe.devices) {
-    if (d.ordinal == device) return d.legacy_ipc_refusals;
+// Device `device` as the probe saw it; null (with why in `problem`) when there is none to ask.
+const ipcring::CudaDeviceProbe* probed_device(const ipcring::CudaProbe& probe, int device,
+                                              std::string& problem) {
+  if (!probe.module_loaded) {
+    problem = "the CUDA backend module is not available";
+    return nullptr;
   }
-  return {"there is no CUDA device " + std::to_string(device) + " here"};
+  if (!probe.device_problem.empty()) {
+    problem = probe.device_problem;
+    return nullptr;
+  }
+  for (const auto& d : probe.devices) {
+    if (d.ordinal == device) return &d;
+  }
+  problem = "there is no CUDA device " + std::to_string(device) + " here";
+  return nullptr;
+}
+
+const char* backend_of(ipcring::CudaPath path) {
+  return path == ipcring::CudaPath::vmm ? "cuda_vmm" : "cuda_legacy";
+}
+
+const char* path_words(ipcring::CudaPath path) {
+  return path == ipcring::CudaPath::vmm
+             ? "CUDA VMM (allocations shared as file descriptors over the channel's socket)"
+             : "legacy CUDA IPC (cudaIpcGetMemHandle, IPC events)";
 }
 
 Finding check_gpu_path(const ipcring::CudaProbe& probe, const std::optional<Snapshot>& snapshot,
                        const std::string& name) {
   Finding f{"gpu_path", "GPU path", Level::ok, "", "", Json::object()};
-  const std::vector<std::string> legacy = legacy_reasons(probe, 0);
-  std::vector<std::string> vmm = {
-      "CUDA VMM (cuMemCreate with POSIX file descriptors over the channel's socket) is not part of "
-      "this version of ipcring"};
-  for (const auto& d : probe.devices) {
-    if (d.ordinal == 0 && d.vmm_posix_fd) {
-      vmm.front() += std::string(" (device 0 ") +
-                     (*d.vmm_posix_fd ? "supports" : "does not support") +
-                     " VMM allocations shared as file descriptors)";
-    }
-  }
+  std::string problem;
+  const ipcring::CudaDeviceProbe* dev = probed_device(probe, 0, problem);
+  // Why this process could not use each path on device 0.
+  const std::vector<std::string> legacy = dev ? dev->legacy_ipc_refusals : std::vector{problem};
+  const std::vector<std::string> vmm = dev ? dev->vmm_refusals : std::vector{problem};
+  auto refusals_of = [&](ipcring::CudaPath p) {
+    return p == ipcring::CudaPath::vmm ? vmm : legacy;
+  };
   GpuPath p;
+  ipcring::CudaPath path = ipcring::CudaPath::none;
   if (snapshot) {
-    const bool cuda = snapshot->backend == ipcring::Backend::cuda;
-    p.chosen = cuda ? "cuda_legacy" : "host";
-    if (cuda) {
-      p.not_chosen["host"] = {"the producer created " + name + " with Backend::cuda"};
-      p.not_chosen["cuda_vmm"] = vmm;
-      f.summary =
-          name + " carries GPU frames over legacy CUDA IPC (cudaIpcGetMemHandle, IPC events)";
-      if (!legacy.empty()) {
+    path = snapshot->cuda_path;
+    if (path != ipcring::CudaPath::none) {
+      const ipcring::CudaPath other =
+          path == ipcring::CudaPath::vmm ? ipcring::CudaPath::legacy_ipc : ipcring::CudaPath::vmm;
+      p.chosen = backend_of(path);
+      p.not_chosen["host"] = {"the producer created " + name + " with a CUDA backend"};
+      std::vector<std::string> why_not = {
+          "the producer took " + std::string(ipcring::to_string(path)) + " for " + name +
+          " (its request, or Backend::cuda's choice on its device: VMM wherever it is offered)"};
+      for (const auto& w : refusals_of(other)) why_not.push_back("here too, " + w);
+      p.not_chosen[backend_of(other)] = why_not;
+      f.summary = name + " carries GPU frames over " + path_words(path);
+      const std::vector<std::string> here = refusals_of(path);
+      if (!here.empty()) {
         f.level = Level::problem;
-        f.summary += ", which this process cannot open: " + legacy.front();
-        f.fix = "read " + name +
-                " from a process that sees the producer's GPU with a driver that "
-                "supports CUDA IPC, or have the producer use Backend::host";
+        f.summary += ", which this process cannot open: " + here.front();
+        f.fix =
+            "read " + name + " from a process that sees the producer's GPU with a driver that " +
+            (path == ipcring::CudaPath::vmm ? "exports CUDA VMM memory as file descriptors"
+                                            : "supports CUDA IPC") +
+            ", or have the producer use " +
+            (path == ipcring::CudaPath::vmm ? "Backend::cuda_legacy or " : "") + "Backend::host";
       }
     } else {
+      p.chosen = "host";
       p.not_chosen["cuda_legacy"] = {"the producer created " + name + " with Backend::host"};
       p.not_chosen["cuda_vmm"] = {"the producer created " + name + " with Backend::host"};
       f.summary = name + " carries host frames in shared memory (no GPU path is involved)";
     }
   } else {
-    p.chosen = legacy.empty() ? "cuda_legacy" : "none";
-    if (!legacy.empty()) p.not_chosen["cuda_legacy"] = legacy;
-    p.not_chosen["cuda_vmm"] = vmm;
-    if (legacy.empty()) {
-      f.summary = "a Backend::cuda channel made here would use legacy CUDA IPC on device 0";
-    } else {
+    path = dev ? dev->path : ipcring::CudaPath::none;
+    if (path == ipcring::CudaPath::none) {
+      p.chosen = "none";
+      p.not_chosen["cuda_legacy"] = legacy;
+      p.not_chosen["cuda_vmm"] = vmm;
       f.level = Level::note;
       f.summary = "a Backend::cuda channel made here would be refused; Backend::host works";
+    } else {
+      const ipcring::CudaPath other =
+          path == ipcring::CudaPath::vmm ? ipcring::CudaPath::legacy_ipc : ipcring::CudaPath::vmm;
+      p.chosen = backend_of(path);
+      std::vector<std::string> why_not = refusals_of(other);
+      if (why_not.empty()) {  // both work: Backend::cuda prefers VMM
+        why_not.push_back(
+            "device 0 supports it too, but Backend::cuda prefers CUDA VMM, which reaches readers "
+            "in other PID namespaces and containers (Backend::cuda_legacy pins legacy CUDA IPC)");
+      }
+      p.not_chosen[backend_of(other)] = why_not;
+      f.summary = "a Backend::cuda channel made here would use " + std::string(path_words(path)) +
+                  " on device 0 (why: the CUDA check above)";
     }
   }
   f.values["chosen"] = p.chosen;
+  f.values["cuda_path"] = ipcring::to_string(path);
+  f.values["reason"] = snapshot || dev == nullptr ? Json(nullptr) : Json(dev->path_reason);
   Json nc = Json::object();
-  for (const auto& [path, why] : p.not_chosen) nc[path] = why;
+  for (const auto& [path_name, why] : p.not_chosen) nc[path_name] = why;
   f.values["not_chosen"] = nc;
-  for (const auto& [path, why] : p.not_chosen) {
-    for (const auto& w : why) f.summary += "\n" + path + " not used: " + w;
+  for (const auto& [path_name, why] : p.not_chosen) {
+    for (const auto& w : why) f.summary += "\n" + path_name + " not used: " + w;
   }
   return f;
 }
@@ -715,7 +775,7 @@ int cmd_doctor(const std::string& name, bool json) {
           "as the message says (ringdump show " + name + " gives the same)", Json::object()});
     }
     findings.push_back(
-        check_namespaces(*info, snapshot ? std::optional(snapshot->backend) : std::nullopt, name));
+        check_namespaces(*info, snapshot ? snapshot->cuda_path : ipcring::CudaPath::none, name));
   } else if (!name.empty()) {
     findings.push_back(Finding{"channel", "channel", Level::note,
                                name + " has no live producer; what follows is what a producer "

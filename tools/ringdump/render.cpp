@@ -17,6 +17,24 @@ std::string tensor_cell(const ipcring::SlotInfo& si) {
          (si.tensor.is_contiguous() ? "" : " strided");
 }
 
+// "host backend"; "cuda backend, cuda_path vmm" (how the buffers reach the readers). `compact`:
+// without " backend".
+std::string backend_text(const Snapshot& s, bool compact) {
+  std::string out = std::string(ipcring::to_string(s.backend)) + (compact ? "" : " backend");
+  if (s.cuda_path != ipcring::CudaPath::none) {
+    out += std::string(", cuda_path ") + ipcring::to_string(s.cuda_path);
+  }
+  return out;
+}
+
+// "host", "cuda/legacy_ipc", "cuda/vmm": the BACKEND cell of list.
+std::string backend_cell(const Snapshot& s) {
+  std::string out = ipcring::to_string(s.backend);
+  if (s.cuda_path != ipcring::CudaPath::none)
+    out += std::string("/") + ipcring::to_string(s.cuda_path);
+  return out;
+}
+
 std::string delay_cell(const ipcring::ReaderInfo& r, std::uint64_t ns) {
   return r.delay_count != 0 ? "<" + format_duration(ns) : "-";
 }
@@ -27,7 +45,7 @@ namespace {
 void render_header(const Snapshot& s, std::string& out) {
   auto add = [&](const std::string& line) { out += line + "\n"; };
   add(paint("channel " + s.name, kBold) + "  (layout " + std::to_string(s.layout_version) + ", " +
-      ipcring::to_string(s.backend) + " backend)");
+      backend_text(s) + ")");
   add("  socket    " + ipcring::socket_path(s.name) + "  " + format_bytes(s.segment_bytes) +
       (s.frames_segment_bytes != 0 ? ", frames " + format_bytes(s.frames_segment_bytes) : "") +
       ", owner " + user_name(s.owner_uid) + " (uid " + std::to_string(s.owner_uid) + "), mode " +
@@ -146,7 +164,7 @@ std::string render_compact(const Snapshot& s, const Rates& rates) {
   auto add = [&](const std::string& line) { out += line + "\n"; };
   const auto& p = s.producer;
   add(paint("channel " + s.name, kBold) + "  layout " + std::to_string(s.layout_version) + ", " +
-      ipcring::to_string(s.backend) + ", " + std::to_string(s.slot_count) + " slots of " +
+      backend_text(s, true) + ", " + std::to_string(s.slot_count) + " slots of " +
       format_bytes(s.frame_bytes));
   const auto last = age(p.last_publish_ns, s.taken_ns);
   add(paint("producer", kBold) + " pid " + std::to_string(p.pid) + " " +

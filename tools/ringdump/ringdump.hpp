@@ -155,6 +155,9 @@ Json error_json(const ipcring::Error& e);
 
 std::string tensor_cell(const ipcring::SlotInfo& si);  // "uint8(480, 640, 3)", "-"
 std::string delay_cell(const ipcring::ReaderInfo& r, std::uint64_t ns);
+// "host backend", "cuda backend, cuda_path vmm"; compact: "host", "cuda, cuda_path vmm".
+std::string backend_text(const Snapshot& s, bool compact = false);
+std::string backend_cell(const Snapshot& s);  // list: "host", "cuda/legacy_ipc", "cuda/vmm"
 std::string render_snapshot(const Snapshot& s, const Rates& rates);
 std::string render_compact(const Snapshot& s, const Rates& rates);
 std::size_t visible_width(const std::string& line);

@@ -64,7 +64,11 @@ CudaProbe probe_cuda() noexcept {
       dev.stream_mem_ops_64 = flag(*api, CudaAttr::stream_mem_ops_64, d);
       dev.compute_mode = attribute(*api, CudaAttr::compute_mode, d);
       dev.vmm_posix_fd = flag(*api, CudaAttr::vmm_posix_fd, d);
-      dev.legacy_ipc_refusals = detail::cuda::ipc_support_refusals(*api, d);
+      detail::cuda::PathChoice choice = detail::cuda::choose_path(*api, d, Backend::cuda);
+      dev.legacy_ipc_refusals = std::move(choice.legacy_refusals);
+      dev.vmm_refusals = std::move(choice.vmm_refusals);
+      dev.path = choice.path;
+      dev.path_reason = std::move(choice.reason);
       probe.devices.push_back(std::move(dev));
     }
   } catch (const std::exception& e) {
