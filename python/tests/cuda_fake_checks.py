@@ -215,9 +215,11 @@ def check_wait_on_consumer_stream_before_capsule(channel):
         publish(p, stream=prod_stream)  # write-done recorded on prod_stream, after `writing`
         f = r.read(timeout=1)
         s = stream(nonblocking=True)
-        waits = calls("stream_wait_event")
+        # The write-done wait: on the IPC event (legacy IPC) or on the slot's word (VMM).
+        assert r.cuda_path in ("legacy_ipc", "vmm"), r.cuda_path
+        waits = calls("stream_wait_event") + calls("stream_wait_value64")
         cap = f.__dlpack__(stream=s)
-        assert calls("stream_wait_event") == waits + 1  # issued inside __dlpack__
+        assert calls("stream_wait_event") + calls("stream_wait_value64") == waits + 1  # inside
         consumer = launch(s, held=False)  # the consumer's kernel on the frame
         assert not done(consumer), "the consumer's stream did not wait for the producer's write"
         finish(writing)
@@ -287,9 +289,11 @@ def check_loan_with_stream_waits_on_gpu(channel):
         assert not done(fill), "the producer's stream did not wait for the reader's fence"
         finish(kernel)
         assert done(fill)
-        records = calls("record_event")
-        p.publish(loan, 0)  # write-done recorded on the loan's stream by default
-        assert calls("record_event") == records + 1
+        # The write-done signal, on the loan's stream by default: the IPC event's record (legacy
+        # IPC) or the write of the slot's word (VMM).
+        records = calls("record_event") + calls("stream_write_value64")
+        p.publish(loan, 0)
+        assert calls("record_event") + calls("stream_write_value64") == records + 1
 
 
 def check_release_with_views_alive(channel):
@@ -587,7 +591,7 @@ def check_pinned_legacy_refused_on_integrated_gpu(channel):
     except ipcring.Unsupported as e:
         text = str(e)
         assert channel in text and "integrated GPU" in text, text
-        assert "backend='cuda_vmm', or backend='cuda'" in text, text
+        assert "backend='cuda_vmm' (or backend='cuda'" in text, text
         assert "Backend::" not in text, text
 
 
