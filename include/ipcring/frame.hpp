@@ -151,7 +151,10 @@ class Frame {
   // `stream`, so the producer reuses the buffer only after the reader's queued kernels finished.
   // Both are no-ops on the host backend. wait_on returns Status::producer_gone when the frame's
   // producer died or was replaced before its writes to the frame were known complete: release the
-  // frame unread (its bytes may be torn).
+  // frame unread (its bytes may be torn). On the CUDA VMM path (Reader::cuda_path() == vmm) a
+  // producer that dies after wait_on queued the wait can never finish the frame; the reader then
+  // ends the wait so `stream` does not block forever, and the work queued after it sees a torn
+  // frame: a later wait_on of the same frame returns producer_gone, and the reader logs it.
   [[nodiscard]] Status wait_on(CudaStream stream) noexcept;
   void release(CudaStream stream) noexcept;
 

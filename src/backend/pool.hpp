@@ -48,6 +48,13 @@ class ProducerPool {
   // every reader it lets in (the pool keeps them open for its life; the server sends its own
   // duplicates); empty for every other pool.
   virtual std::vector<int> device_descriptors() const { return {}; }
+  // The producer's close, after the epoch was marked closed and before the pool is destroyed:
+  // waits (bounded) for what still uses the buffers and decides what to free. Returns true when
+  // work of ours may still be about to write what readers wait on (CUDA VMM: a fill whose
+  // write-done word is not written yet): the caller then keeps its lease until the process ends,
+  // so that end shows as OWNER_DIED to readers, whose waits it then ends (docs/cuda.md, V3).
+  // Idempotent; the destructor calls it when nobody did.
+  virtual bool close() noexcept { return false; }
 };
 
 // Reader side: maps buffers of one channel lazily.
@@ -99,10 +106,10 @@ struct PoolRequest {
   // Reader of a CUDA VMM channel: the frame buffers' descriptors from the handout, in slot order
   // (not owned: the pool duplicates what it keeps).
   std::vector<int> device_fds;
-  // Reader: true when the channel's producer is dead (its lease's owner died) while the lease
-  // word still says active; the CUDA VMM pool asks it while its streams wait on a fill
+  // Reader: true when the channel's producer of the given epoch is gone for good (lease.hpp,
+  // producer_lease_dead); the CUDA VMM pool asks it while its streams wait on a fill
   // (cuda_reader_pool.cpp). Empty: never asked.
-  std::function<bool()> producer_died;
+  std::function<bool(std::uint64_t)> producer_died;
   // Reader: the producer's pid as the kernel gave it on the channel's socket, translated into
   // this process's PID namespace; 0 when it lives in a namespace we cannot see (legacy CUDA IPC
   // then cannot work). -1: unknown (not received over the socket).

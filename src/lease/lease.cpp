@@ -548,6 +548,15 @@ bool producer_lease_alive(const SegmentView& view) noexcept {
   return lease_mutex_plausible(p.lease) && probe_lease(p.lease) == LeaseProbe::held;
 }
 
+bool producer_lease_dead(const SegmentView& view, std::uint64_t epoch) noexcept {
+  ProducerBlock& p = view.producer();
+  const std::uint64_t w = p.lease_word.load(std::memory_order_acquire);
+  if (LeaseWord::generation(w) != epoch) return true;
+  if (!is_state(w, LeaseState::active) && !is_state(w, LeaseState::closed)) return false;
+  if (!lease_mutex_plausible(p.lease) || probe_lease(p.lease) != LeaseProbe::dead) return false;
+  return p.lease_word.load(std::memory_order_acquire) == w;
+}
+
 void recover_after_producer_death(const SegmentView& view) noexcept {
   for (std::uint32_t i = 0; i < view.geo.slots; ++i) {
     Slot& slot = view.slot(i);

@@ -139,6 +139,12 @@ bool give_back_reader_entry(const SegmentView& view, std::uint32_t index,
 
 // Producer liveness as a reader or inspector sees it: ACTIVE and held.
 bool producer_lease_alive(const SegmentView& view) noexcept;
+// The producer of `epoch` is gone for good: another epoch owns the lease word, or the kernel
+// declared the lease's owner dead (OWNER_DIED) while the word says active or closed (a producer
+// whose close left GPU work running keeps its lease until its process ends, so that end shows
+// here too). A clean close that gave the lease back reads unowned: not dead. The word is read
+// again after the probe, so a producer that was closing in between is not taken for dead.
+bool producer_lease_dead(const SegmentView& view, std::uint64_t epoch) noexcept;
 
 // Resets what a dead producer may have left mid-operation (its loans). Caller holds the producer
 // lease.

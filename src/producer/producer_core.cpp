@@ -306,11 +306,18 @@ ProducerCore::~ProducerCore() {
   p.wake.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(p.wake);
   fault_point("close.closed");
+  const bool keep_lease = pool_->close();
   pool_.reset();
   // The names next (socket, then lock file), if still ours: no new reader finds this producer,
   // and a new producer may start; readers that still map this memory keep it until they detach.
   server_.reset();
   fault_point("close.unnamed");
+  if (keep_lease) {
+    // GPU work of ours may still be about to write what readers wait on: the lease stays ours
+    // until this process ends, so that its end tells them (OWNER_DIED), and so does the mapping.
+    new std::shared_ptr<Mapping>(mapping_);  // NOLINT: deliberately leaked
+    return;
+  }
   // Under the repair lock, so that no attacher locks the lease while glibc's unlock still has it
   // on the keeper's list_op_pending.
   RepairLock lock;

@@ -178,11 +178,7 @@ ReaderCore* ReaderCore::attach(std::string_view name, const ReaderOptions& optio
     req.copy_on_write = options.copy_on_write;
     req.device_fds = opened.device_fds ? opened.device_fds->fds : std::vector<int>{};
     req.producer_pid = opened.producer_pid;
-    req.producer_died = [view] {
-      return LeaseWord::state(view.producer().lease_word.load(std::memory_order_acquire)) ==
-                 static_cast<std::uint8_t>(LeaseState::active) &&
-             !producer_lease_alive(view);
-    };
+    req.producer_died = [view](std::uint64_t epoch) { return producer_lease_dead(view, epoch); };
     core->pool_ =
         view.geo.backend == kBackendCuda ? make_cuda_reader_pool(req) : make_host_reader_pool(req);
   }

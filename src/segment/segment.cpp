@@ -534,7 +534,9 @@ OpenedSegment open_received(std::string_view channel, int& control_fd, int& fram
     control_fd = -1;
     if (frames_fd >= 0) close(frames_fd);
     frames_fd = -1;
-    return OpenedSegment{existing, 0, 0};
+    OpenedSegment opened;
+    opened.mapping = existing;
+    return opened;
   }
   SegmentHeader copy;
   read_header_copy(channel, control_fd, static_cast<std::uint64_t>(st.st_size), copy);
@@ -557,7 +559,9 @@ OpenedSegment open_received(std::string_view channel, int& control_fd, int& fram
     }
     frames_fd = -1;
   }
-  return OpenedSegment{mapping, 0, 0};
+  OpenedSegment opened;
+  opened.mapping = mapping;
+  return opened;
 }
 
 }  // namespace ipcring::detail

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "channel/handout.hpp"
 #include "ipcring/ipcring.hpp"
 #include "test_util.hpp"
 #include "unit/fake_cuda.hpp"
@@ -180,7 +181,13 @@ TEST_SUITE("cuda") {
       auto p = make_producer(orin->process(), ch, vmm_config(Backend::cuda));
       CHECK(inspect(ch.name()).cuda_path == CudaPath::vmm);
     }
-    // More slots than one handout carries descriptors: refused, naming the limit.
+    // More slots than one handout carries descriptors: Backend::cuda takes legacy IPC, a VMM pin
+    // is refused naming the limit.
+    {
+      ScopedChannel ch("vmm-slots-auto");
+      auto p = make_producer(prod, ch, vmm_config(Backend::cuda, 65));
+      CHECK(inspect(ch.name()).cuda_path == CudaPath::legacy_ipc);
+    }
     {
       ScopedChannel ch("vmm-slots");
       try {
@@ -410,5 +417,141 @@ TEST_SUITE("cuda") {
     }
     CHECK(world->hangs() == 0);
     CHECK(rdr->vmm_handles() == 0);
+  }
+
+  TEST_CASE(
+      "cuda_vmm channel: a producer that closes with a fill queued, then dies, ends the wait") {
+    ScopedChannel ch("vmm-close-death");
+    const std::string name = ch.name();
+    int ready[2];
+    int closed[2];
+    int go[2];
+    REQUIRE(pipe(ready) == 0);
+    REQUIRE(pipe(closed) == 0);
+    REQUIRE(pipe(go) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      // The producer: publishes a frame whose fill never ends, closes (its close waits 2 s, finds
+      // its own fill outstanding and keeps the lease), then is killed.
+      close(ready[0]);
+      close(closed[0]);
+      close(go[1]);
+      auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+      auto prod = world->process();
+      const char one = 1;
+      try {
+        {
+          Producer p = make_producer(prod, name, vmm_config(Backend::cuda_vmm));
+          CudaStream ps = prod->make_stream();
+          auto loan = p.loan(ps);
+          if (!loan) _exit(3);
+          (void)prod->launch(ps);  // held forever
+          (void)p.publish(std::move(*loan), 64, ps);
+          if (write(ready[1], &one, 1) != 1) _exit(4);
+          char c = 0;
+          if (read(go[0], &c, 1) != 1) _exit(6);
+        }  // the close
+        if (write(closed[1], &one, 1) != 1) _exit(7);
+        for (;;) pause();
+      } catch (...) {
+        _exit(5);
+      }
+    }
+    close(ready[1]);
+    close(closed[1]);
+    close(go[0]);
+    char got = 0;
+    REQUIRE(read(ready[0], &got, 1) == 1);
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto rdr = world->process();
+    {
+      Reader r = [&] {
+        UseApi use(rdr);
+        return Reader::attach(name);
+      }();
+      auto f = r.try_read();
+      REQUIRE(f);
+      CudaStream rs = rdr->make_stream();
+      CHECK(f->wait_on(rs) == Status::ok);
+      const std::uint64_t consumer = rdr->launch(rs, false);
+      f->release(rs);  // nothing of ours holds the slot: only the producer's own fill is left
+      const char one = 1;
+      REQUIRE(write(go[1], &one, 1) == 1);
+      REQUIRE(read(closed[0], &got, 1) == 1);  // closed, alive, lease kept
+      CHECK_FALSE(rdr->done(consumer));
+      std::this_thread::sleep_for(50ms);  // the watchdog does not take a closing producer for dead
+      CHECK_FALSE(rdr->done(consumer));
+      kill(child, SIGKILL);
+      int status = 0;
+      waitpid(child, &status, 0);
+      const auto deadline = std::chrono::steady_clock::now() + 5s;
+      while (!rdr->done(consumer) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+      }
+      CHECK(rdr->done(consumer));
+    }
+    close(ready[0]);
+    close(closed[0]);
+    close(go[1]);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE(
+      "cuda_vmm channel: the closing producer judges its own fills by words no reader writes") {
+    ScopedChannel ch("vmm-forged");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    std::uint64_t kernel = 0;
+    {
+      auto p = make_producer(prod, ch, vmm_config(Backend::cuda_vmm));
+      CudaStream ps = prod->make_stream();
+      auto loan = p.loan(ps);
+      REQUIRE(loan);
+      const std::uint32_t slot = loan->slot();
+      kernel = prod->launch(ps);  // the fill, still running
+      p.publish(std::move(*loan), 64, ps);
+      // A reader (any process the channel let in maps the control segment read-write) forges
+      // the slot's write-done word.
+      detail::OpenedSegment opened = detail::open_channel(ch.name(), {}, {}, 2000ms);
+      opened.mapping->view.cuda_slot(slot).filled.store(std::uint64_t{1} << 40,
+                                                        std::memory_order_release);
+    }  // the close: its own fill is still running, so nothing may be freed
+    CHECK(world->vmm_allocations() == 4);
+    prod->finish(kernel);
+    CHECK(world->hangs() == 0);
+  }
+
+  TEST_CASE("cuda_vmm channel: a slot's write-done word goes forward whichever streams publish") {
+    ScopedChannel ch("vmm-streams");
+    auto world = FakeGpuWorld::make({FakeGpuWorld::device(kGpu)});
+    auto prod = world->process();
+    ChannelConfig c = vmm_config(Backend::cuda_vmm, 2);
+    c.max_readers = 1;
+    auto p = make_producer(prod, ch, c);
+    detail::OpenedSegment opened = detail::open_channel(ch.name(), {}, {}, 2000ms);
+    CudaStream a = prod->make_stream(true);
+    CudaStream b = prod->make_stream(true);
+    auto first = p.loan(a);
+    REQUIRE(first);
+    const std::uint32_t slot = first->slot();
+    const std::uint64_t slow = prod->launch(a);  // the first fill of the slot, on stream a
+    const std::uint64_t s1 = p.publish(std::move(*first), 64, a);
+    std::uint64_t s3 = 0;
+    for (int i = 0; i < 4 && s3 == 0; ++i) {
+      auto l = p.loan(b);
+      REQUIRE(l);
+      const bool again = l->slot() == slot;
+      const std::uint64_t s = p.publish(std::move(*l), 64, b);  // stream b: nothing running
+      if (again) s3 = s;
+    }
+    REQUIRE(s3 > s1);
+    std::atomic<std::uint64_t>& filled = opened.mapping->view.cuda_slot(slot).filled;
+    // The newer frame's write waits for the older one's, queued on a, which waits for its fill.
+    CHECK(filled.load() < s1);
+    prod->finish(slow);
+    (void)prod->stream_synchronize(b);
+    CHECK(filled.load() == s3);  // never the older frame's value last
+    CHECK(world->hangs() == 0);
   }
 }

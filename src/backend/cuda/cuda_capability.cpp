@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.hpp"
+#include "backend/cuda/cuda_vmm.hpp"
 #include "ipcring/error.hpp"
 
 namespace ipcring::detail::cuda {
@@ -124,10 +125,16 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-PathChoice choose_path(CudaApi& api, int device, Backend requested) {
+PathChoice choose_path(CudaApi& api, int device, Backend requested, std::uint32_t slots) {
   PathChoice c;
   c.legacy_refusals = ipc_support_refusals(api, device);
   c.vmm_refusals = vmm_support_refusals(api, device);
+  if (slots > kMaxVmmBuffers) {
+    c.vmm_refusals.push_back("a channel of " + std::to_string(slots) +
+                             " slots has more buffers than CUDA VMM hands out (at most " +
+                             std::to_string(kMaxVmmBuffers) +
+                             ", one descriptor each on the channel's socket); use fewer slots");
+  }
   const std::string dev = "CUDA device " + std::to_string(device);
   switch (requested) {
     case Backend::cuda_vmm:

@@ -40,7 +40,9 @@ struct PathChoice {
   std::vector<std::string> legacy_refusals;
   std::vector<std::string> vmm_refusals;
 };
-PathChoice choose_path(CudaApi& api, int device, Backend requested);
+// `slots`: the channel's slot count (0: not known yet, as for ringdump doctor); more than a VMM
+// channel carries (kMaxVmmBuffers) is a VMM refusal.
+PathChoice choose_path(CudaApi& api, int device, Backend requested, std::uint32_t slots = 0);
 
 // The ordinal, in this process, of the device whose UUID is `want` (the frames' GPU); throws
 // Errc::unsupported listing the visible devices when this process cannot see it.

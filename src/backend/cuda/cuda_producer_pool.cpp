@@ -47,10 +47,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_capability.hpp"
@@ -63,6 +65,7 @@
 #include "common/clock.hpp"
 #include "common/process.hpp"
 #include "ipcring/error.hpp"
+#include "segment/segment.hpp"
 
 namespace ipcring::detail {
 
@@ -83,7 +86,8 @@ class CudaProducerPool final : public ProducerPool {
   Status prepare_write(std::uint32_t slot, CudaStream stream) noexcept override;
   Status before_publish(std::uint32_t slot, CudaStream stream,
                         std::uint64_t sequence) noexcept override;
-  std::vector<int> device_descriptors() const override { return device_fds_; }
+  std::vector<int> device_descriptors() const override { return device_fds_.fds; }
+  bool close() noexcept override;
 
  private:
   std::size_t index(std::uint32_t slot, std::uint32_t reader) const noexcept {
@@ -97,6 +101,7 @@ class CudaProducerPool final : public ProducerPool {
   void check_device(bool create, Backend requested, const std::string& ch);
   void allocate_vmm(const std::string& ch);
   bool own_fill_done(std::uint32_t slot) const noexcept;
+  void allocate_own_words(const std::string& ch);
   std::vector<SlotHandles> allocate_slots(const std::string& ch);
   void export_handles(const std::vector<SlotHandles>& handles) noexcept;
   void publish_handles() noexcept;
@@ -117,8 +122,17 @@ class CudaProducerPool final : public ProducerPool {
   bool handles_published_ = false;
   std::uint64_t instance_ = 0;  // ours, as published in memory_generation
   CudaPath path_ = CudaPath::legacy_ipc;
-  std::vector<int>
-      device_fds_;  // VMM: one exported descriptor per buffer (ours; closed at the end)
+  DescriptorSet device_fds_;  // VMM: one exported descriptor per buffer (closed with the pool)
+  // VMM: what our own streams wrote, in producer-private host-registered memory (never the
+  // shared `filled` word, which every reader may write): own_words_[slot] is written by the same
+  // stream right after the slot's `filled`, and last_signalled_[slot] is the sequence it was
+  // told to write. Close and the per-slot order of the writes are judged by these only.
+  std::atomic<std::uint64_t>* own_words_ = nullptr;
+  std::size_t own_bytes_ = 0;
+  std::shared_ptr<SegmentRegistration> own_registration_;
+  std::vector<std::uint64_t> last_signalled_;
+  bool closed_ = false;
+  bool outstanding_ = false;  // close found a fill of ours whose words were not written yet
   ErrorLog log_;
 
   // GPU waits we queued on readers' fence words: pending_[slot * readers + reader] is the target
@@ -158,6 +172,7 @@ CudaProducerPool::CudaProducerPool(const PoolRequest& req, std::shared_ptr<CudaA
   std::vector<SlotHandles> handles;
   if (path_ == CudaPath::vmm) {
     allocate_vmm(ch);
+    allocate_own_words(ch);
   } else {
     handles = allocate_slots(ch);
   }
@@ -178,7 +193,20 @@ void CudaProducerPool::allocate_vmm(const std::string& ch) {
   res_->vmm = std::make_shared<VmmExporter>(api_, device_, slots_, view_.geo.frame_bytes, ch);
   for (std::uint32_t i = 0; i < slots_; ++i) res_->buffers[i] = res_->vmm->buffers()[i].ptr;
   view_.header().cuda_buffer_bytes = res_->vmm->buffer_bytes();
-  device_fds_ = res_->vmm->export_descriptors();
+  device_fds_.fds = res_->vmm->export_descriptors();
+}
+
+void CudaProducerPool::allocate_own_words(const std::string& ch) {
+  last_signalled_.assign(slots_, 0);
+  own_bytes_ = round_up(std::uint64_t{slots_} * sizeof(std::uint64_t), 4096);
+  void* mem = std::aligned_alloc(4096, own_bytes_);
+  if (mem == nullptr) throw Error(Errc::system_error, ch + "out of memory (write-done words)");
+  std::memset(mem, 0, own_bytes_);
+  own_words_ = static_cast<std::atomic<std::uint64_t>*>(mem);
+  SegmentView own;  // registered like a control segment: only its base and size are used
+  own.base = static_cast<unsigned char*>(mem);
+  own.geo.segment_bytes = own_bytes_;
+  own_registration_ = SegmentRegistration::acquire(api_, own, device_, name_);
 }
 
 // The device exists here, supports the path asked for (or, Backend::cuda, one of the two:
@@ -192,16 +220,12 @@ void CudaProducerPool::check_device(bool create, Backend requested, const std::s
                     std::to_string(count) + " CUDA device(s) (ordinals 0.." +
                     std::to_string(count - 1) + "; see CUDA_VISIBLE_DEVICES)");
   }
-  const PathChoice choice = choose_path(api_ref, device_, requested);
-  if (choice.path == CudaPath::none) throw Error(Errc::unsupported, ch + choice.reason);
-  path_ = choice.path;
-  if (path_ == CudaPath::vmm && slots_ > kMaxVmmBuffers) {
-    throw Error(Errc::invalid_config,
-                ch + "slots = " + std::to_string(slots_) + ", but a CUDA VMM channel has at most " +
-                    std::to_string(kMaxVmmBuffers) +
-                    " (one descriptor per buffer on the channel's socket); use fewer slots, or "
-                    "Backend::cuda_legacy where readers share the producer's PID namespace");
+  const PathChoice choice = choose_path(api_ref, device_, requested, slots_);
+  if (choice.path == CudaPath::none) {
+    const bool slots_only = requested == Backend::cuda_vmm && slots_ > kMaxVmmBuffers;
+    throw Error(slots_only ? Errc::invalid_config : Errc::unsupported, ch + choice.reason);
   }
+  path_ = choice.path;
   CudaUuid uuid{};
   if (const CudaErr e = api_ref.device_uuid(device_, uuid); e != CudaErr::success) {
     throw_call(api_ref, ch, "reading the UUID of CUDA device " + std::to_string(device_), e);
@@ -265,11 +289,27 @@ void CudaProducerPool::export_handles(const std::vector<SlotHandles>& handles) n
 }
 
 CudaProducerPool::~CudaProducerPool() {
+  if (!closed_) (void)close();
+  if (own_words_ == nullptr) return;
+  if (outstanding_) {
+    // A queued write of ours may still land in the private words: they stay, registered, for
+    // the life of the process.
+    std::lock_guard lock(registry_mutex());
+    own_registration_->leak();
+    return;
+  }
+  own_registration_.reset();  // unregisters (not in a fork child: the parent's registration)
+  std::free(own_words_);
+}
+
+bool CudaProducerPool::close() noexcept {
+  if (closed_) return outstanding_;
+  closed_ = true;
   if (fork_gen_ != fork_generation()) {
     // A child of fork(): the watchdog thread is the parent's (leak its handle: joining it here
     // would wait forever); the CUDA objects are the parent's too (~ProducerResources leaves them).
     (void)watchdog_.release();
-    return;
+    return false;
   }
   if (watchdog_) {
     {
@@ -318,23 +358,28 @@ CudaProducerPool::~CudaProducerPool() {
     if (!waits_done) res_->registration->leak();  // a queued wait of ours still reads a word
     if (handles_published_) local_producers().erase({api_.get(), instance_});
   }
-  for (const int fd : device_fds_) close(fd);  // the server closed its own duplicates
   if (kept != 0) {
     log_.note(
         "closing: readers or queued GPU work still used some buffers after the teardown wait; "
         "they stay allocated until this process exits (first such slot shown as 0)",
         0);
   }
+  // VMM: a fill of ours whose write-done word is not written yet means readers may still wait
+  // for it: the core keeps the lease until our process ends, which then tells them (V3).
+  if (path_ == CudaPath::vmm) {
+    for (std::uint32_t i = 0; i < slots_; ++i) outstanding_ = outstanding_ || !own_fill_done(i);
+  }
+  return outstanding_;
 }
 
-// Our last fill of `slot` completed: legacy, the write-done event's last record; VMM, the
-// `filled` word reached the slot's last sequence (our stream wrote it after the fill).
+// Our last fill of `slot` completed: legacy, the write-done event's last record; VMM, our
+// private word reached the sequence our stream was last told to write for the slot (never the
+// shared `filled` word: any reader may write that one).
 bool CudaProducerPool::own_fill_done(std::uint32_t slot) const noexcept {
   if (path_ == CudaPath::legacy_ipc) return event_done(*api_, res_->write_done[slot]);
-  const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_relaxed);
-  // Acquire, pairs with the release of the stream's write (after the fill).
-  const std::uint64_t filled = view_.cuda_slot(slot).filled.load(std::memory_order_acquire);
-  return static_cast<std::int64_t>(filled - seq) >= 0;
+  // Acquire, pairs with the release of our stream's write (after the fill and `filled`).
+  const std::uint64_t own = own_words_[slot].load(std::memory_order_acquire);
+  return static_cast<std::int64_t>(own - last_signalled_[slot]) >= 0;
 }
 
 bool CudaProducerPool::slot_quiet(std::uint32_t slot) const noexcept {
@@ -467,27 +512,45 @@ Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream,
                                         std::uint64_t sequence) noexcept {
   if (!handles_published_) publish_handles();
   const bool vmm = path_ == CudaPath::vmm;
-  void* filled = vmm ? res_->registration->device_address(&view_.cuda_slot(slot).filled) : nullptr;
-  // VMM: after the fill queued on `stream`, the stream writes the frame's sequence (with a fence
-  // before the write: the fill's writes are visible first); readers' streams wait for it.
-  const auto signal = [&](CudaStream s) {
-    return vmm ? api_->stream_write_value64(s, filled, sequence)
-               : api_->record_event(res_->write_done[slot], s);
+  const auto signal = [&](CudaStream s) -> std::pair<CudaErr, const char*> {
+    if (!vmm) {
+      return {api_->record_event(res_->write_done[slot], s),
+              "cudaEventRecord of the write-done event"};
+    }
+    void* own = own_registration_->device_address(&own_words_[slot]);
+    // Per slot, our writes land in publication order, whichever streams publish: a previous
+    // frame's write still queued on another stream goes first (else `filled` could go back, and
+    // a reader waiting for the newer frame would wait for a write already done).
+    const std::uint64_t prev = last_signalled_[slot];
+    if (prev != 0 &&
+        static_cast<std::int64_t>(own_words_[slot].load(std::memory_order_acquire) - prev) < 0) {
+      if (const CudaErr e = api_->stream_wait_value64(s, own, prev); e != CudaErr::success) {
+        return {e, "cuStreamWaitValue64 on the slot's previous write-done"};
+      }
+    }
+    // V1: after the fill queued on `s`, with a fence before each write: `filled` (the readers'),
+    // then our private copy.
+    void* filled = res_->registration->device_address(&view_.cuda_slot(slot).filled);
+    if (const CudaErr e = api_->stream_write_value64(s, filled, sequence); e != CudaErr::success) {
+      return {e, "cuStreamWriteValue64 of the write-done word"};
+    }
+    if (const CudaErr e = api_->stream_write_value64(s, own, sequence); e != CudaErr::success) {
+      return {e, "cuStreamWriteValue64 of the write-done word"};
+    }
+    last_signalled_[slot] = sequence;
+    return {CudaErr::success, nullptr};
   };
-  CudaErr e;
+  std::pair<CudaErr, const char*> r{CudaErr::success, nullptr};
   if (stream != nullptr) {
     StreamCallGuard guard(*api_, device_);  // a thread with no context: ours, for the call
-    e = guard.ok() ? signal(stream) : guard.error();
+    r = guard.ok() ? signal(stream) : std::pair{guard.error(), "making a context current"};
   } else {
     DeviceGuard guard(*api_, device_);  // the legacy stream of our device's primary context
-    e = guard.ok() ? signal(nullptr) : guard.error();
+    r = guard.ok() ? signal(nullptr) : std::pair{guard.error(), "cudaSetDevice"};
   }
-  if (e != CudaErr::success) {
+  if (r.first != CudaErr::success) {
     (void)api_->get_last_error();
-    log_.report(*api_,
-                vmm ? "cuStreamWriteValue64 of the write-done word"
-                    : "cudaEventRecord of the write-done event",
-                slot, e);
+    log_.report(*api_, r.second, slot, r.first);
     return Status::backend_error;
   }
   return Status::ok;

@@ -49,6 +49,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "backend/cuda/cuda_capability.hpp"
@@ -184,7 +185,9 @@ class CudaReaderPool final : public ReaderPool {
   CudaPath path_ = CudaPath::legacy_ipc;
   std::shared_ptr<VmmImporter> vmm_;              // VMM, producer in another process: our imports
   std::shared_ptr<ProducerResources> local_vmm_;  // VMM, producer in this process: its buffers
-  std::function<bool()> producer_died_;
+  std::function<bool(std::uint64_t)> producer_died_;
+  std::uint64_t epoch_ = 0;  // the producer's epoch at attach (one producer per segment)
+  std::atomic<bool> watchdog_started_{false};
   std::unique_ptr<std::atomic<std::uint64_t>[]> fill_waits_;
   std::unique_ptr<std::thread> watchdog_;
   std::mutex watchdog_mutex_;
@@ -233,6 +236,7 @@ CudaReaderPool::CudaReaderPool(const PoolRequest& req, std::shared_ptr<CudaApi> 
   }
   path_ = view_.geo.cuda_path == kCudaPathVmm ? CudaPath::vmm : CudaPath::legacy_ipc;
   producer_died_ = req.producer_died;
+  epoch_ = LeaseWord::generation(view_.producer().lease_word.load(std::memory_order_acquire));
   if (path_ == CudaPath::vmm) {
     const std::vector<std::string> refusals = vmm_support_refusals(api_ref, device_);
     if (!refusals.empty()) {
@@ -269,7 +273,8 @@ void CudaReaderPool::import_vmm(const PoolRequest& req, const std::string& ch) {
     auto local = local_producers().find({api_.get(), instance});
     if (local != local_producers().end()) local_vmm_ = local->second.lock();
   }
-  if (local_vmm_ && local_vmm_->vmm) return;
+  // Its own buffers only on its own device: the exporter granted access to that device alone.
+  if (local_vmm_ && local_vmm_->vmm && local_vmm_->device == device_) return;
   local_vmm_.reset();
   if (req.device_fds.size() != slots_) {
     throw Error(Errc::corrupt_segment, ch + "a CUDA VMM channel of " + std::to_string(slots_) +
@@ -277,7 +282,7 @@ void CudaReaderPool::import_vmm(const PoolRequest& req, const std::string& ch) {
                                            " frame buffer descriptors came with it");
   }
   std::vector<int> fds;
-  fds.reserve(req.device_fds.size());
+  fds.reserve(req.device_fds.size());  // before any duplicate: no allocation between them
   for (const int fd : req.device_fds) {
     const int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (dup < 0) {
@@ -293,9 +298,22 @@ void CudaReaderPool::import_vmm(const PoolRequest& req, const std::string& ch) {
     for (const int d : fds) close(d);
     throw_call(*api_, ch, "cudaSetDevice(" + std::to_string(device_) + ")", guard.error());
   }
-  // Takes the descriptors and closes every one, whatever happens.
-  vmm_ = std::make_shared<VmmImporter>(api_, device_, std::move(fds), slots_,
-                                       view_.geo.cuda_buffer_bytes, ch);
+  // The importer takes the descriptors and closes every one, whatever happens; its memory comes
+  // first, so that an allocation failure cannot lose them.
+  void* mem = ::operator new(sizeof(VmmImporter), std::nothrow);
+  if (mem == nullptr) {
+    for (const int d : fds) close(d);
+    throw Error(Errc::system_error, ch + "out of memory while importing the frame buffers");
+  }
+  VmmImporter* importer = nullptr;
+  try {
+    importer = new (mem)
+        VmmImporter(api_, device_, std::move(fds), slots_, view_.geo.cuda_buffer_bytes, ch);
+  } catch (...) {
+    ::operator delete(mem);
+    throw;
+  }
+  vmm_ = std::shared_ptr<VmmImporter>(importer);  // deletes it if its own allocation fails
 }
 
 CudaReaderPool::~CudaReaderPool() {
@@ -341,7 +359,16 @@ CudaReaderPool::~CudaReaderPool() {
       }
       drop_import(i, done[i]);
     }
-    if (!all) registration_->leak();  // a queued fence write of ours still targets the segment
+    // A wait our streams queued on a `filled` word not reached yet still reads the segment too.
+    bool fills_reached = true;
+    for (std::uint32_t i = 0; fill_waits_ && i < slots_; ++i) {
+      const std::uint64_t w = fill_waits_[i].load(std::memory_order_acquire);
+      if (w != 0 && static_cast<std::int64_t>(
+                        view_.cuda_slot(i).filled.load(std::memory_order_acquire) - (w - 1)) < 0) {
+        fills_reached = false;
+      }
+    }
+    if (!all || !fills_reached) registration_->leak();  // a queued stream op still targets it
     registration_.reset();
   }
   if (vmm_) {
@@ -516,7 +543,7 @@ bool CudaReaderPool::watch_fills() noexcept {
   bool asked = false;
   const auto producer_dead = [&] {
     if (!asked) {
-      died = producer_died_ && producer_died_();
+      died = producer_died_ && producer_died_(epoch_);
       asked = true;
     }
     return died;
@@ -559,13 +586,19 @@ bool CudaReaderPool::watch_fills() noexcept {
 }
 
 void CudaReaderPool::watchdog() noexcept {
-  // No CUDA call on this thread: it reads and writes words of the control segment.
+  // No CUDA call on this thread: it reads and writes words of the control segment. Every 10 ms
+  // while a wait is watched, else once a second (wait_filled wakes it).
   std::unique_lock lock(watchdog_mutex_);
+  bool watching = true;
   while (!stop_) {
-    watchdog_cv_.wait_for(lock, std::chrono::milliseconds(10));
+    watchdog_cv_.wait_for(lock, watching ? std::chrono::milliseconds(10) : std::chrono::seconds(1));
     if (stop_) return;
     lock.unlock();
     (void)watch_fills();
+    watching = false;
+    for (std::uint32_t i = 0; i < slots_ && !watching; ++i) {
+      watching = fill_waits_[i].load(std::memory_order_relaxed) != 0;
+    }
     lock.lock();
   }
 }
@@ -591,6 +624,10 @@ Status CudaReaderPool::wait_filled(std::uint32_t slot, CudaStream stream) noexce
   CudaSlot& cs = view_.cuda_slot(slot);
   // While we hold the frame the slot is not reused: the descriptor is our frame's.
   const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
+  if (seq == 0 || seq >= kFilledAbandoned) {  // sequences stay below 2^48: not a frame of ours
+    log_.note("the frame's sequence is out of range; not waited for", slot);
+    return Status::backend_error;
+  }
   // Acquire, pairs with the release of the producer stream's write (its fill's writes come first).
   const std::uint64_t filled = cs.filled.load(std::memory_order_acquire);
   if (filled < kFilledAbandoned && static_cast<std::int64_t>(filled - seq) >= 0) {
@@ -621,13 +658,17 @@ Status CudaReaderPool::wait_filled(std::uint32_t slot, CudaStream stream) noexce
   while ((prev == 0 || prev - 1 < seq) &&
          !fill_waits_[slot].compare_exchange_weak(prev, seq + 1, std::memory_order_acq_rel)) {
   }
-  if (!watchdog_) {
+  if (!watchdog_started_.load(std::memory_order_acquire)) {
+    // Frames may be waited on from several threads: the thread is started once, under the lock.
     try {
-      watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
+      std::lock_guard lock(watchdog_mutex_);
+      if (!watchdog_) watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
+      watchdog_started_.store(true, std::memory_order_release);
     } catch (...) {
       // No thread: the reading thread's producer_ended() and our detach still end the wait.
     }
   }
+  watchdog_cv_.notify_one();
   return Status::ok;
 }
 
