@@ -155,8 +155,11 @@ ChannelServer::~ChannelServer() {
   if (fork_gen_ != fork_generation()) {
     // A fork child: the thread does not exist here and nothing of the name is ours (the child
     // closed its copies of the listening socket and the lock at fork).
-    new std::thread(std::move(thread_));                // NOLINT: never joined nor destroyed
-    for (const int fd : memory_.device_fds) close(fd);  // our copies: no capability to keep
+    new std::thread(std::move(thread_));  // NOLINT: never joined nor destroyed
+    // Our copies of the capabilities and of the stop descriptor: nothing to keep in a child.
+    for (const int fd : memory_.device_fds) close(fd);
+    if (memory_.frames_fd >= 0) close(memory_.frames_fd);
+    close(stop_fd_);
     return;
   }
   const std::uint64_t one = 1;

@@ -516,9 +516,11 @@ TEST_SUITE("cuda") {
       detail::OpenedSegment opened = detail::open_channel(ch.name(), {}, {}, 2000ms);
       opened.mapping->view.cuda_slot(slot).filled.store(std::uint64_t{1} << 40,
                                                         std::memory_order_release);
-    }  // the close: its own fill is still running, so nothing may be freed
+    }  // the close: its own fill is still running, so nothing may be freed or unregistered
     CHECK(world->vmm_allocations() == 4);
-    prod->finish(kernel);
+    CHECK(prod->registrations() == 2);  // the control segment and the private words, both kept
+    prod->finish(kernel);               // the fill ends; its stream writes both words
+    CHECK(world->unregistered_writes() == 0);
     CHECK(world->hangs() == 0);
   }
 

@@ -127,12 +127,14 @@ class CudaProducerPool final : public ProducerPool {
   // shared `filled` word, which every reader may write): own_words_[slot] is written by the same
   // stream right after the slot's `filled`, and last_signalled_[slot] is the sequence it was
   // told to write. Close and the per-slot order of the writes are judged by these only.
+  std::unique_ptr<void, decltype(&std::free)> own_mem_{nullptr, &std::free};  // before: freed last
   std::atomic<std::uint64_t>* own_words_ = nullptr;
   std::size_t own_bytes_ = 0;
   std::shared_ptr<SegmentRegistration> own_registration_;
   std::vector<std::uint64_t> last_signalled_;
   bool closed_ = false;
   bool outstanding_ = false;  // close found a fill of ours whose words were not written yet
+  bool untracked_ = false;    // a write of `filled` was queued without its private copy
   ErrorLog log_;
 
   // GPU waits we queued on readers' fence words: pending_[slot * readers + reader] is the target
@@ -199,14 +201,15 @@ void CudaProducerPool::allocate_vmm(const std::string& ch) {
 void CudaProducerPool::allocate_own_words(const std::string& ch) {
   last_signalled_.assign(slots_, 0);
   own_bytes_ = round_up(std::uint64_t{slots_} * sizeof(std::uint64_t), 4096);
-  void* mem = std::aligned_alloc(4096, own_bytes_);
-  if (mem == nullptr) throw Error(Errc::system_error, ch + "out of memory (write-done words)");
-  std::memset(mem, 0, own_bytes_);
-  own_words_ = static_cast<std::atomic<std::uint64_t>*>(mem);
+  std::unique_ptr<void, decltype(&std::free)> mem(std::aligned_alloc(4096, own_bytes_), &std::free);
+  if (!mem) throw Error(Errc::system_error, ch + "out of memory (write-done words)");
+  std::memset(mem.get(), 0, own_bytes_);
   SegmentView own;  // registered like a control segment: only its base and size are used
-  own.base = static_cast<unsigned char*>(mem);
+  own.base = static_cast<unsigned char*>(mem.get());
   own.geo.segment_bytes = own_bytes_;
   own_registration_ = SegmentRegistration::acquire(api_, own, device_, name_);
+  own_words_ = static_cast<std::atomic<std::uint64_t>*>(mem.get());
+  own_mem_ = std::move(mem);
 }
 
 // The device exists here, supports the path asked for (or, Backend::cuda, one of the two:
@@ -222,7 +225,8 @@ void CudaProducerPool::check_device(bool create, Backend requested, const std::s
   }
   const PathChoice choice = choose_path(api_ref, device_, requested, slots_);
   if (choice.path == CudaPath::none) {
-    const bool slots_only = requested == Backend::cuda_vmm && slots_ > kMaxVmmBuffers;
+    const bool slots_only = requested == Backend::cuda_vmm && slots_ > kMaxVmmBuffers &&
+                            choice.vmm_refusals.size() == 1;
     throw Error(slots_only ? Errc::invalid_config : Errc::unsupported, ch + choice.reason);
   }
   path_ = choice.path;
@@ -290,16 +294,12 @@ void CudaProducerPool::export_handles(const std::vector<SlotHandles>& handles) n
 
 CudaProducerPool::~CudaProducerPool() {
   if (!closed_) (void)close();
-  if (own_words_ == nullptr) return;
-  if (outstanding_) {
-    // A queued write of ours may still land in the private words: they stay, registered, for
-    // the life of the process.
-    std::lock_guard lock(registry_mutex());
-    own_registration_->leak();
-    return;
-  }
-  own_registration_.reset();  // unregisters (not in a fork child: the parent's registration)
-  std::free(own_words_);
+  if (own_words_ == nullptr || !outstanding_) return;  // the members unregister, then free
+  // A queued write of ours may still land in the private words: they stay, registered, for the
+  // life of the process.
+  std::lock_guard lock(registry_mutex());
+  own_registration_->leak();
+  (void)own_mem_.release();
 }
 
 bool CudaProducerPool::close() noexcept {
@@ -345,6 +345,13 @@ bool CudaProducerPool::close() noexcept {
   for (std::size_t k = 0; k < std::size_t{slots_} * readers_; ++k) {
     if (!pending_reached(k)) waits_done = false;
   }
+  // VMM: a fill of ours whose write-done words are not written yet means readers may still wait
+  // for it, and its stream will still write `filled` into the registered segment: the core keeps
+  // the lease until our process ends, which then tells the readers (V3), and we keep the
+  // registration.
+  if (path_ == CudaPath::vmm) {
+    for (std::uint32_t i = 0; i < slots_; ++i) outstanding_ = outstanding_ || !own_fill_done(i);
+  }
   std::size_t kept = 0;
   {
     std::lock_guard lock(registry_mutex());
@@ -355,7 +362,8 @@ bool CudaProducerPool::close() noexcept {
       // slot later treats our event as possibly destroyed (our process may exit at any time).
       view_.cuda_slot(i).memory_generation.store(0, std::memory_order_release);
     }
-    if (!waits_done) res_->registration->leak();  // a queued wait of ours still reads a word
+    // A queued wait of ours still reads a word, or a queued write of ours still writes one.
+    if (!waits_done || outstanding_) res_->registration->leak();
     if (handles_published_) local_producers().erase({api_.get(), instance_});
   }
   if (kept != 0) {
@@ -363,11 +371,6 @@ bool CudaProducerPool::close() noexcept {
         "closing: readers or queued GPU work still used some buffers after the teardown wait; "
         "they stay allocated until this process exits (first such slot shown as 0)",
         0);
-  }
-  // VMM: a fill of ours whose write-done word is not written yet means readers may still wait
-  // for it: the core keeps the lease until our process ends, which then tells them (V3).
-  if (path_ == CudaPath::vmm) {
-    for (std::uint32_t i = 0; i < slots_; ++i) outstanding_ = outstanding_ || !own_fill_done(i);
   }
   return outstanding_;
 }
@@ -377,6 +380,7 @@ bool CudaProducerPool::close() noexcept {
 // shared `filled` word: any reader may write that one).
 bool CudaProducerPool::own_fill_done(std::uint32_t slot) const noexcept {
   if (path_ == CudaPath::legacy_ipc) return event_done(*api_, res_->write_done[slot]);
+  if (untracked_) return false;  // a write we cannot follow may still be queued
   // Acquire, pairs with the release of our stream's write (after the fill and `filled`).
   const std::uint64_t own = own_words_[slot].load(std::memory_order_acquire);
   return static_cast<std::int64_t>(own - last_signalled_[slot]) >= 0;
@@ -534,10 +538,14 @@ Status CudaProducerPool::before_publish(std::uint32_t slot, CudaStream stream,
     if (const CudaErr e = api_->stream_write_value64(s, filled, sequence); e != CudaErr::success) {
       return {e, "cuStreamWriteValue64 of the write-done word"};
     }
-    if (const CudaErr e = api_->stream_write_value64(s, own, sequence); e != CudaErr::success) {
-      return {e, "cuStreamWriteValue64 of the write-done word"};
-    }
+    // From here a write of `filled` is queued: the slot counts as not done until our private
+    // word says so, and if that write cannot be queued, it never will (the close then keeps the
+    // buffers, the registration and the lease).
     last_signalled_[slot] = sequence;
+    if (const CudaErr e = api_->stream_write_value64(s, own, sequence); e != CudaErr::success) {
+      untracked_ = true;
+      return {e, "cuStreamWriteValue64 of the private write-done word"};
+    }
     return {CudaErr::success, nullptr};
   };
   std::pair<CudaErr, const char*> r{CudaErr::success, nullptr};

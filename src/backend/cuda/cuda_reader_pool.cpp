@@ -103,7 +103,11 @@ class CudaReaderPool final : public ReaderPool {
     std::uint64_t epoch = 0;
     std::uint64_t fence_written = 0;  // the last fence value our streams were told to write
     bool fence_queued = false;
-    bool mapped_bit = false;        // our bit is set in the slot's `mapped` word
+    bool mapped_bit = false;  // our bit is set in the slot's `mapped` word
+    // VMM: a stream of ours was told to wait on the slot's `filled` word, and no fence queued
+    // after that wait on the same stream says it ran (until then the GPU may still read the word).
+    bool wait_unproven = false;
+    CudaStream wait_stream = nullptr;
     std::atomic<bool> held{false};  // a Frame of this slot is out (cleared by release_fence)
   };
 
@@ -188,6 +192,7 @@ class CudaReaderPool final : public ReaderPool {
   std::function<bool(std::uint64_t)> producer_died_;
   std::uint64_t epoch_ = 0;  // the producer's epoch at attach (one producer per segment)
   std::atomic<bool> watchdog_started_{false};
+  bool kick_ = false;  // guarded by watchdog_mutex_: a wait was queued (no wakeup is lost)
   std::unique_ptr<std::atomic<std::uint64_t>[]> fill_waits_;
   std::unique_ptr<std::thread> watchdog_;
   std::mutex watchdog_mutex_;
@@ -339,7 +344,16 @@ CudaReaderPool::~CudaReaderPool() {
   const bool all = wait_until(
       [&] {
         bool ok = true;
-        if (path_ == CudaPath::vmm) (void)watch_fills();  // a dead producer's fills end our waits
+        if (path_ == CudaPath::vmm) {
+          // A dead producer's fills end our waits; a live one's are waited for like our fences.
+          (void)watch_fills();
+          for (std::uint32_t i = 0; i < slots_; ++i) {
+            const std::uint64_t w = fill_waits_[i].load(std::memory_order_acquire);
+            ok = ok && (w == 0 || static_cast<std::int64_t>(
+                                      view_.cuda_slot(i).filled.load(std::memory_order_acquire) -
+                                      (w - 1)) >= 0);
+          }
+        }
         for (std::uint32_t i = 0; i < slots_; ++i) {
           if (!done[i]) done[i] = fence_done(i);
           ok = ok && done[i];
@@ -359,16 +373,13 @@ CudaReaderPool::~CudaReaderPool() {
       }
       drop_import(i, done[i]);
     }
-    // A wait our streams queued on a `filled` word not reached yet still reads the segment too.
-    bool fills_reached = true;
-    for (std::uint32_t i = 0; fill_waits_ && i < slots_; ++i) {
-      const std::uint64_t w = fill_waits_[i].load(std::memory_order_acquire);
-      if (w != 0 && static_cast<std::int64_t>(
-                        view_.cuda_slot(i).filled.load(std::memory_order_acquire) - (w - 1)) < 0) {
-        fills_reached = false;
-      }
+    // A wait of our streams on a `filled` word that no completed fence on the same stream
+    // followed may not have run yet, and would then read the segment: it stays registered.
+    bool waits_proven = true;
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+      if (cache_[i].wait_unproven) waits_proven = false;
     }
-    if (!all || !fills_reached) registration_->leak();  // a queued stream op still targets it
+    if (!all || !waits_proven) registration_->leak();  // a queued stream op still targets it
     registration_.reset();
   }
   if (vmm_) {
@@ -591,7 +602,9 @@ void CudaReaderPool::watchdog() noexcept {
   std::unique_lock lock(watchdog_mutex_);
   bool watching = true;
   while (!stop_) {
-    watchdog_cv_.wait_for(lock, watching ? std::chrono::milliseconds(10) : std::chrono::seconds(1));
+    watchdog_cv_.wait_for(lock, watching ? std::chrono::milliseconds(10) : std::chrono::seconds(1),
+                          [this] { return stop_ || kick_; });
+    kick_ = false;
     if (stop_) return;
     lock.unlock();
     (void)watch_fills();
@@ -620,7 +633,7 @@ void CudaReaderPool::producer_ended() noexcept {
 }
 
 Status CudaReaderPool::wait_filled(std::uint32_t slot, CudaStream stream) noexcept {
-  const SlotCache& c = cache_[slot];
+  SlotCache& c = cache_[slot];
   CudaSlot& cs = view_.cuda_slot(slot);
   // While we hold the frame the slot is not reused: the descriptor is our frame's.
   const std::uint64_t seq = view_.slot(slot).sequence.load(std::memory_order_acquire);
@@ -658,15 +671,16 @@ Status CudaReaderPool::wait_filled(std::uint32_t slot, CudaStream stream) noexce
   while ((prev == 0 || prev - 1 < seq) &&
          !fill_waits_[slot].compare_exchange_weak(prev, seq + 1, std::memory_order_acq_rel)) {
   }
-  if (!watchdog_started_.load(std::memory_order_acquire)) {
-    // Frames may be waited on from several threads: the thread is started once, under the lock.
-    try {
-      std::lock_guard lock(watchdog_mutex_);
-      if (!watchdog_) watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
-      watchdog_started_.store(true, std::memory_order_release);
-    } catch (...) {
-      // No thread: the reading thread's producer_ended() and our detach still end the wait.
-    }
+  c.wait_unproven = true;
+  c.wait_stream = stream;
+  // Frames may be waited on from several threads: the thread is started once, and told of the
+  // new wait, under the lock (so the wakeup cannot be lost).
+  try {
+    std::lock_guard lock(watchdog_mutex_);
+    if (!watchdog_) watchdog_ = std::make_unique<std::thread>([this] { watchdog(); });
+    kick_ = true;
+  } catch (...) {
+    // No thread: the reading thread's producer_ended() and our detach still end the wait.
   }
   watchdog_cv_.notify_one();
   return Status::ok;
@@ -735,6 +749,8 @@ void CudaReaderPool::release_fence(std::uint32_t slot, std::uint32_t reader,
     if (e == CudaErr::success) {
       c.fence_written = value;
       c.fence_queued = true;
+      // The fence follows our wait on `filled` in this stream: once it is done, so is the wait.
+      if (c.wait_unproven && c.wait_stream == stream) c.wait_unproven = false;
       // Relaxed: published by F1.
       cs.fence_epoch[reader].store(epoch, std::memory_order_relaxed);
       cs.fence_generation[reader].store(static_cast<std::uint32_t>(generation_),
