@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
 
 #include "common/clock.hpp"
 
@@ -64,6 +68,21 @@ std::uint64_t random_instance_id() {
     }
   }
   return id;
+}
+
+void keep_until_exit(std::shared_ptr<const void> object) noexcept {
+  static std::mutex mutex;
+  // Never destroyed: what it keeps must outlive every static destructor too.
+  static auto* kept = new (std::nothrow) std::vector<std::shared_ptr<const void>>();  // NOLINT
+  try {
+    std::lock_guard lock(mutex);
+    if (kept != nullptr) {
+      kept->push_back(std::move(object));
+      return;
+    }
+  } catch (...) {
+  }
+  new (std::nothrow) std::shared_ptr<const void>(std::move(object));  // NOLINT: out of memory
 }
 
 }  // namespace ipcring::detail

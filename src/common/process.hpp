@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 namespace ipcring::detail {
 
@@ -19,5 +20,10 @@ std::uint64_t fork_generation() noexcept;
 bool close_in_fork_child(int fd) noexcept;
 // Forgets `fd` before its owner closes it (in the process that tracked it, not in a child).
 void forget_in_fork_child(int fd) noexcept;
+
+// Keeps `object` alive until the process exits: memory that GPU work or other processes may still
+// use after its owner is gone (a mapping whose lease was kept, buffers a queued kernel writes).
+// Held in a process-wide list, so leak checkers see it as reachable rather than lost.
+void keep_until_exit(std::shared_ptr<const void> object) noexcept;
 
 }  // namespace ipcring::detail

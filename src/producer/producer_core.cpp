@@ -315,7 +315,7 @@ ProducerCore::~ProducerCore() {
   if (keep_lease) {
     // GPU work of ours may still be about to write what readers wait on: the lease stays ours
     // until this process ends, so that its end tells them (OWNER_DIED), and so does the mapping.
-    new std::shared_ptr<Mapping>(mapping_);  // NOLINT: deliberately leaked
+    keep_until_exit(mapping_);
     return;
   }
   // Under the repair lock, so that no attacher locks the lease while glibc's unlock still has it

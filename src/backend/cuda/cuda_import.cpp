@@ -11,14 +11,14 @@ namespace ipcring::detail::cuda {
 ProducerResources::~ProducerResources() {
   if (fork_gen != fork_generation()) {
     // Inherited through fork: not ours to free.
-    if (vmm) new std::shared_ptr<VmmExporter>(std::move(vmm));  // NOLINT: the parent's
+    if (vmm) keep_until_exit(std::move(vmm));  // the parent's
     return;
   }
   DeviceGuard guard(*api, device);
   if (vmm) {
     const bool all = releasable.size() == buffers.size() &&
                      std::all_of(releasable.begin(), releasable.end(), [](bool r) { return r; });
-    if (!all) new std::shared_ptr<VmmExporter>(std::move(vmm));  // NOLINT: work may still use it
+    if (!all) keep_until_exit(std::move(vmm));  // work may still use it
     vmm.reset();  // unmaps and releases every allocation (the driver keeps what readers map)
     (void)api->get_last_error();
     return;
@@ -38,7 +38,7 @@ std::map<ProducerKey, std::weak_ptr<ProducerResources>>& local_producers() {
 
 Import::~Import() {
   if (fork_gen != fork_generation()) {
-    if (vmm) new std::shared_ptr<VmmImporter>(std::move(vmm));  // NOLINT: the parent's mappings
+    if (vmm) keep_until_exit(std::move(vmm));  // the parent's mappings
     return;
   }
   if (local) return;  // the producer owns everything

@@ -299,7 +299,7 @@ CudaProducerPool::~CudaProducerPool() {
   // life of the process.
   std::lock_guard lock(registry_mutex());
   own_registration_->leak();
-  (void)own_mem_.release();
+  keep_until_exit(std::shared_ptr<void>(own_mem_.release(), &std::free));
 }
 
 bool CudaProducerPool::close() noexcept {

@@ -325,7 +325,7 @@ CudaReaderPool::~CudaReaderPool() {
   if (fork_gen_ != fork_generation()) {
     // A child of fork(): ~Import leaves them alone, and so do we (the watchdog is the parent's).
     (void)watchdog_.release();
-    if (vmm_) new std::shared_ptr<VmmImporter>(std::move(vmm_));  // NOLINT: the parent's
+    if (vmm_) keep_until_exit(std::move(vmm_));  // the parent's
     return;
   }
   if (watchdog_) {
