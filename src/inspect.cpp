@@ -112,7 +112,7 @@ void snapshot_header(const SegmentView& view, std::string_view name, std::uint32
   s.name = std::string(name);
   s.layout_version = kLayoutVersion;  // validated equal to the segment's
   s.backend = g.backend == kBackendCuda ? Backend::cuda : Backend::host;
-  s.cuda_path = g.backend != kBackendCuda  ? CudaPath::none
+  s.cuda_path = g.backend != kBackendCuda     ? CudaPath::none
                 : g.cuda_path == kCudaPathVmm ? CudaPath::vmm
                                               : CudaPath::legacy_ipc;
   s.slot_count = g.slots;

@@ -25,6 +25,7 @@
 #include "channel/handout.hpp"
 #include "ipcring/ipcring.hpp"
 #include "test_util.hpp"
+#include "unit/child_process.hpp"
 #include "unit/fake_cuda.hpp"
 
 using namespace ipcring;
@@ -33,23 +34,15 @@ using detail::CudaErr;
 using test::FakeCuda;
 using test::FakeGpuWorld;
 using test::FakeOp;
+using test::in_child;
+using test::open_descriptors;
 using test::ScopedChannel;
 using test::UseApi;
+using test::write_file;
 
 namespace {
 
 constexpr std::uint8_t kGpu = 0xd7;
-
-int open_descriptors() {
-  int n = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  while (const dirent* e = readdir(d)) {  // NOLINT(concurrency-mt-unsafe): one thread
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(d);
-  return n - 1;  // the directory's own descriptor
-}
 
 ChannelConfig vmm_config(Backend backend = Backend::cuda, std::uint32_t slots = 4) {
   ChannelConfig c;
@@ -93,38 +86,6 @@ int read_one(const std::string& name) {
     std::fprintf(stderr, "reader: %s\n", e.what());
     return 15;
   }
-}
-
-template <class Setup, class Body>
-int in_child(Setup setup, Body body, bool new_pid_namespace) {
-  const pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (!setup()) _exit(90);
-    if (!new_pid_namespace) _exit(body());
-    if (unshare(CLONE_NEWPID) != 0) _exit(91);
-    const pid_t inner = fork();
-    if (inner < 0) _exit(92);
-    if (inner == 0) {
-      if (getpid() != 1) _exit(93);
-      _exit(body());
-    }
-    int status = 0;
-    waitpid(inner, &status, 0);
-    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 94);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status)
-                           : 100 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
-bool write_file(const char* path, const std::string& text) {
-  const int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  return ok;
 }
 
 }  // namespace
