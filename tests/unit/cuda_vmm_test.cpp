@@ -42,7 +42,6 @@ using test::FakeGpuWorld;
 using test::FakeOp;
 using test::in_child;
 using test::open_descriptors;
-using test::write_file;
 
 namespace {
 
@@ -225,16 +224,8 @@ TEST_CASE("cuda_vmm: readers in other PID and user namespaces receive exactly th
   } else {
     CHECK(in_child(nothing, body, true) == 0);
   }
-  // Its own user namespace (uid 0 inside is this uid outside), sharing the directory.
-  const uid_t uid = geteuid();
-  const gid_t gid = getegid();
-  auto user_namespace = [uid, gid] {
-    if (unshare(CLONE_NEWUSER) != 0) return false;
-    return write_file("/proc/self/setgroups", "deny") &&
-           write_file("/proc/self/uid_map",
-                      std::to_string(uid) + " " + std::to_string(uid) + " 1") &&
-           write_file("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1");
-  };
+  // Its own user namespace (this uid inside is this uid outside), sharing the directory.
+  auto user_namespace = [] { return test::enter_own_user_namespace(); };
   const int r = in_child(user_namespace, body, false);
   if (r == 90) {
     MESSAGE("user namespaces are not available here: not run");

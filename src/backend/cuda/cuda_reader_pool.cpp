@@ -113,6 +113,18 @@ class CudaReaderPool final : public ReaderPool {
 
   const std::byte* open_slot(std::uint32_t slot, std::uint64_t epoch,
                              std::uint64_t instance) noexcept;
+  // Keeps `imp` as slot `c`'s mapping for frames of (instance, epoch), held by the frame being
+  // returned (registry_mutex held).
+  const std::byte* cache_import(SlotCache& c, std::shared_ptr<Import> imp, std::uint64_t instance,
+                                std::uint64_t epoch, bool mapped_bit) noexcept {
+    c.mapped_bit = mapped_bit;
+    c.import = std::move(imp);
+    ++imports_;
+    c.instance = instance;
+    c.epoch = epoch;
+    c.held.store(true, std::memory_order_relaxed);
+    return c.import->ptr;
+  }
   void import_vmm(const PoolRequest& req, const std::string& ch);
   std::shared_ptr<Import> vmm_import(std::uint32_t slot, std::uint64_t instance);
   Status wait_filled(std::uint32_t slot, CudaStream stream) noexcept;
@@ -474,13 +486,7 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
       if (!producer_current(epoch)) return nullptr;
       std::shared_ptr<Import> imp = vmm_import(slot, instance);
       if (!imp) return nullptr;
-      c.mapped_bit = false;
-      c.import = std::move(imp);
-      ++imports_;
-      c.instance = instance;
-      c.epoch = epoch;
-      c.held.store(true, std::memory_order_relaxed);
-      return c.import->ptr;
+      return cache_import(c, std::move(imp), instance, epoch, false);
     }
     SlotHandles handles;
     if (!read_handles(view_.cuda_slot(slot), instance, handles)) {
@@ -516,13 +522,8 @@ const std::byte* CudaReaderPool::open_slot(std::uint32_t slot, std::uint64_t epo
     }
     if (!imp || imp->local) unset();  // nothing mapped, or the producer's own memory (no IPC)
     if (!imp) return nullptr;
-    c.mapped_bit = ours && !imp->local;
-    c.import = std::move(imp);
-    ++imports_;
-    c.instance = instance;
-    c.epoch = epoch;
-    c.held.store(true, std::memory_order_relaxed);
-    return c.import->ptr;
+    const bool mapped_bit = ours && !imp->local;
+    return cache_import(c, std::move(imp), instance, epoch, mapped_bit);
   } catch (...) {
     log_.note("out of memory while mapping a buffer", slot);
     return nullptr;
